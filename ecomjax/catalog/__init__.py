@@ -1,0 +1,1 @@
+"""Catalog arrays, generators, loaders and the hashing embedder."""

@@ -1,0 +1,231 @@
+"""reset and step over the unified episode state (SPEC §4.3), shared by every family.
+
+Both are pure functions of one episode; batch them with ``jit(vmap(...))``. A terminated
+episode is absorbing: further steps change nothing and pay nothing.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ecomjax import constants as C
+from ecomjax import difficulty as D
+from ecomjax import reward as R
+from ecomjax.catalog.types import Catalog
+from ecomjax.customer import opening, reply
+from ecomjax.envs.cart.verifier import verify_cart
+from ecomjax.reward import answer_ids
+from ecomjax.shocks import apply_shocks
+from ecomjax.tools.execute import mark_seen, run_tools
+from ecomjax.tools.search import resolve_searches
+from ecomjax.tools.validate import hard_fail_kind
+from ecomjax.types import (
+    Action,
+    Dialogue,
+    EnvParams,
+    EpisodeState,
+    Observation,
+    Problem,
+    RewardInfo,
+    SearchResults,
+    TimeStep,
+    empty_answer,
+    empty_results,
+    zero_reward,
+)
+from ecomjax.world import init_world, record_use, safe
+
+TM = C.Termination
+HF = C.HardFail
+
+
+def _init_dialogue(problem: Problem) -> Dialogue:
+    mi = C.MAX_ITEMS
+    return Dialogue(
+        pending=problem.pending, req_final=problem.item_qty, presented=jnp.zeros(mi, bool),
+        confirmed_fp=jnp.zeros(8, jnp.int32), n_confirmed=jnp.int32(0),
+        last_issue=jnp.zeros(mi, jnp.int32), last_extra=jnp.full(C.MAX_PRESENTED, -1, jnp.int32),
+        had_correct=jnp.bool_(False), frustration=jnp.int32(0), done_emitted=jnp.bool_(False),
+        answer=empty_answer(), has_answer=jnp.bool_(False), turn=jnp.int32(0),
+        t_user=jnp.int32(0), termination=jnp.int32(TM.RUNNING), hard_fail=jnp.int32(HF.NONE),
+    )
+
+
+def _extras(state: EpisodeState) -> dict:
+    r, dlg = state.reward, state.dialogue
+    return {
+        "env": state.problem.env, "d": state.problem.d, "r_task": r.r_task, "r_eff": r.r_eff,
+        "r_hall": r.r_hall, "is_correct": r.is_correct, "hard_fail": r.hard_fail, "f1": r.f1,
+        "termination": dlg.termination, "turns": dlg.turn, "t_user": dlg.t_user,
+    }
+
+
+def _observation(
+    state: EpisodeState, params: EnvParams, results, events, n_events, act
+) -> Observation:
+    p, dlg = state.problem, state.dialogue
+    diff = D.difficulty(p.d, params.overrides)
+    done = dlg.termination != TM.RUNNING
+    return Observation(
+        env=p.env if params.disclose_env_id else jnp.int32(-1),
+        today=p.today,
+        turn=dlg.turn,
+        turns_left=jnp.maximum(p.t_max - dlg.turn, 0),
+        tool_budget=diff.b_tool,
+        results=results,
+        events=events,
+        n_events=n_events,
+        reply=act,
+        done=done,
+        termination=dlg.termination,
+        reward=jax.tree_util.tree_map(lambda x: jnp.where(done, x, jnp.zeros_like(x)), state.reward),
+    )
+
+
+def reset(
+    key: jax.Array, catalog: Catalog, problem: Problem, params: EnvParams
+) -> tuple[EpisodeState, TimeStep]:
+    """The episode before turn 1: the opening INFORM is the first observation's reply."""
+    state = EpisodeState(
+        key=key, problem=problem, world=init_world(catalog.n_products),
+        dialogue=_init_dialogue(problem), reward=zero_reward(),
+    )
+    events = jnp.full(C.MAX_EVENTS, -1, jnp.int32)
+    obs = _observation(state, params, empty_results(), events, jnp.int32(0), opening(problem))
+    ts = TimeStep(obs, jnp.float32(0.0), jnp.bool_(False), jnp.bool_(False), _extras(state))
+    return state, ts
+
+
+def verify(catalog: Catalog, state: EpisodeState, params: EnvParams) -> RewardInfo:
+    """Scores a terminated episode from its final world and latest stored answer (§7)."""
+    p, w, dlg = state.problem, state.world, state.dialogue
+    hard = dlg.hard_fail
+    r_task, is_correct, f1 = verify_cart(p, w, dlg.req_final)
+    # Families other than CART join this dispatch as they land; until then they score -1.
+    is_cart = p.env == C.Env.CART
+    r_task = jnp.where(is_cart, r_task, -1.0)
+    is_correct = is_cart & is_correct
+    r_eff = R.efficiency(dlg.turn, dlg.t_user, p.t_max).astype(jnp.float32)
+    r_hall = R.hallucination(w, dlg).astype(jnp.float32)
+    failed = hard != HF.NONE
+    zero = jnp.float32(0.0)
+    return RewardInfo(
+        r_total=R.compose(r_task, r_eff, r_hall, hard, params),
+        r_task=jnp.where(failed, zero, r_task),
+        r_eff=jnp.where(failed, zero, r_eff),
+        r_hall=jnp.where(failed, zero, r_hall),
+        is_correct=~failed & is_correct,
+        hard_fail=hard,
+        f1=jnp.where(failed, zero, f1),
+    )
+
+
+def _safety_violation(catalog: Catalog, state: EpisodeState) -> jax.Array:
+    """A denied-category product in the answer or in the cart at termination (§4.2)."""
+    ids = jnp.concatenate([
+        jnp.where(state.dialogue.has_answer, answer_ids(state.dialogue.answer), -1),
+        jnp.where(state.world.cart_no > 0, state.world.cart_pid, -1),
+    ])
+    known = (ids >= 0) & (ids < catalog.n_products)
+    denied = catalog.cat_denied[catalog.category[safe(ids)].astype(jnp.int32)]
+    return (known & denied).any()
+
+
+def _store_answer(dlg: Dialogue, world, action: Action):
+    ans = action.answer
+    ids = answer_ids(ans)
+
+    def use(w, pid):
+        return record_use(w, pid, jnp.bool_(False), ans.present & (pid != -1)), None
+
+    world, _ = jax.lax.scan(use, world, ids)
+    dlg = dlg.replace(
+        answer=jax.tree_util.tree_map(lambda n, o: jnp.where(ans.present, n, o), ans, dlg.answer),
+        has_answer=dlg.has_answer | ans.present,
+    )
+    return dlg, world
+
+
+def step(
+    catalog: Catalog, state: EpisodeState, action: Action, params: EnvParams,
+    search: SearchResults | None = None,
+) -> tuple[EpisodeState, TimeStep]:
+    """One agent turn. ``search`` may be resolved beforehand (batch-skippable stage or the
+    host's FAISS); otherwise the device retrieval runs here.
+
+    There is no step key: every draw comes from the episode key (SPEC §12), so the same
+    seed and action sequence replay bit-identically."""
+    if search is None:
+        search = resolve_searches(catalog, state, action, params)
+    p = state.problem
+    dlg0 = state.dialogue
+    running = dlg0.termination == TM.RUNNING
+    diff = D.difficulty(p.d, params.overrides)
+
+    # 1. Validate the whole action.
+    hard = hard_fail_kind(action, p.env, diff.b_tool)
+    failed = hard != HF.NONE
+    # 2-3. Run the calls in order (discarded on a hard fail: no call of the turn runs).
+    world, scratch, results = run_tools(catalog, p, state.world, action, search)
+    world = jax.tree_util.tree_map(lambda a, b: jnp.where(failed, b, a), world, state.world)
+    results = jax.tree_util.tree_map(
+        lambda a, b: jnp.where(failed, b, a), results, empty_results()
+    )
+    # 4. Count the turn and store the answer.
+    turn = dlg0.turn + 1
+    dlg, world = _store_answer(dlg0.replace(turn=turn), world, action)
+    agent_done = action.answer.present & action.answer.done & ~failed
+    t_max_hit = ~failed & ~agent_done & (turn >= p.t_max)
+    live = ~failed & ~agent_done & ~t_max_hit
+    # 6. Stock shocks, against Seen as it was before this turn's results.
+    shocked_world, events, n_events, shocked_items = apply_shocks(
+        state.key, catalog, p, world, turn, diff.shock_hazard
+    )
+    world = jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), shocked_world, world)
+    events = jnp.where(live, events, -1)
+    n_events = jnp.where(live, n_events, 0)
+    shocked_items = shocked_items & live
+    # 7. The customer's reply.
+    pending_done = action.answer.present & ~action.answer.done & (p.env != C.Env.JOURNEY)
+    rep = reply(catalog, p, world, dlg, scratch, action, shocked_items, pending_done)
+    dlg = jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), rep.dialogue, dlg)
+    act = jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, jnp.zeros_like(b)), rep.act, rep.act)
+    quit_ = live & rep.quit
+    dlg = dlg.replace(t_user=dlg.t_user + (live & ~rep.quit & rep.act.user_caused).astype(jnp.int32))
+    # The results delivered now become Seen for later turns.
+    world = mark_seen(world, results)
+    termination = jnp.select(
+        [failed, agent_done, t_max_hit, quit_], [TM.HARD_FAIL, TM.AGENT_DONE, TM.T_MAX, TM.USER_QUIT],
+        TM.RUNNING,
+    ).astype(jnp.int32)
+    dlg = dlg.replace(termination=termination, hard_fail=hard)
+    new = state.replace(world=world, dialogue=dlg)
+    # 8. On termination: safety guard, then the verifier and the reward.
+    ended = termination != TM.RUNNING
+    unsafe = ended & ~failed & _safety_violation(catalog, new)
+    dlg = dlg.replace(
+        termination=jnp.where(unsafe, TM.HARD_FAIL, termination),
+        hard_fail=jnp.where(unsafe, HF.SAFETY_VIOLATION, hard),
+    )
+    new = new.replace(dialogue=dlg)
+    reward = verify(catalog, new, params)
+    new = new.replace(
+        reward=jax.tree_util.tree_map(lambda a, b: jnp.where(ended, a, b), reward, zero_reward())
+    )
+    obs = _observation(new, params, results, events, n_events, act)
+    ts = TimeStep(
+        observation=obs,
+        reward=jnp.where(ended, new.reward.r_total, 0.0).astype(jnp.float32),
+        terminated=ended & (termination != TM.T_MAX),
+        truncated=termination == TM.T_MAX,
+        extras=_extras(new),
+    )
+    # Absorbing once terminated: keep the old state, pay nothing.
+    old_obs = _observation(state, params, empty_results(), jnp.full(C.MAX_EVENTS, -1, jnp.int32),
+                           jnp.int32(0), jax.tree_util.tree_map(jnp.zeros_like, act))
+    old_ts = TimeStep(old_obs, jnp.float32(0.0), jnp.bool_(False), jnp.bool_(False),
+                      _extras(state))
+    state_out = jax.tree_util.tree_map(lambda a, b: jnp.where(running, a, b), new, state)
+    ts_out = jax.tree_util.tree_map(lambda a, b: jnp.where(running, a, b), ts, old_ts)
+    return state_out, ts_out

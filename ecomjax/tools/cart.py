@@ -1,0 +1,100 @@
+"""Cart tools with stock reservation (SPEC §5.2): add merges into an existing
+(product, variant) line, and every change reserves or releases units."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ecomjax import constants as C
+from ecomjax.catalog.types import Catalog
+from ecomjax.types import Problem, World
+from ecomjax.world import is_known, stock_qty, variant_count
+
+E = C.ToolError
+I32 = jnp.int32
+
+
+def _first(mask: jax.Array) -> jax.Array:
+    return jnp.where(mask.any(), jnp.argmax(mask), -1)
+
+
+def _line_slot(world: World, line: jax.Array) -> jax.Array:
+    return _first((world.cart_no == line) & (line > 0))
+
+
+def cart_add(
+    catalog: Catalog, problem: Problem, world: World, pid: jax.Array, var: jax.Array,
+    qty: jax.Array,
+) -> tuple[World, jax.Array]:
+    known = is_known(catalog, pid)
+    var_ok = (var == -1) | ((var >= 0) & (var < variant_count(catalog, problem, pid)))
+    free = stock_qty(catalog, problem, world, pid, var)
+    existing = _first((world.cart_pid == pid) & (world.cart_var == var) & (world.cart_no > 0))
+    empty = _first(world.cart_no == 0)
+    err = jnp.select(
+        [~known, ~var_ok, free == 0, free < qty, (existing < 0) & (empty < 0)],
+        [E.UNKNOWN_PRODUCT, E.UNKNOWN_VARIANT, E.OUT_OF_STOCK, E.INSUFFICIENT_STOCK,
+         E.CART_FULL],
+        E.NONE,
+    ).astype(I32)
+    ok = err == E.NONE
+    slot = jnp.where(existing >= 0, existing, jnp.maximum(empty, 0))
+    new_line = existing < 0
+    number = jnp.where(new_line, world.lines_created + 1, world.cart_no[slot])
+
+    def put(arr, value):
+        return jnp.where(ok, arr.at[slot].set(value), arr)
+
+    world = world.replace(
+        cart_pid=put(world.cart_pid, pid),
+        cart_var=put(world.cart_var, var),
+        cart_qty=put(world.cart_qty, world.cart_qty[slot] * (~new_line) + qty),
+        cart_no=put(world.cart_no, number),
+        lines_created=world.lines_created + (ok & new_line).astype(I32),
+    )
+    return world, err
+
+
+def cart_set_quantity(
+    catalog: Catalog, problem: Problem, world: World, line: jax.Array, qty: jax.Array
+) -> tuple[World, jax.Array]:
+    """Quantity 0 removes the line; an increase must fit the free stock."""
+    slot = _line_slot(world, line)
+    s = jnp.maximum(slot, 0)
+    cur = world.cart_qty[s]
+    free = stock_qty(catalog, problem, world, world.cart_pid[s], world.cart_var[s])
+    err = jnp.select(
+        [slot < 0, (qty > cur) & (free < qty - cur)], [E.UNKNOWN_LINE, E.INSUFFICIENT_STOCK],
+        E.NONE,
+    ).astype(I32)
+    ok = err == E.NONE
+    remove = ok & (qty == 0)
+    world = world.replace(
+        cart_qty=jnp.where(ok, world.cart_qty.at[s].set(qty), world.cart_qty),
+        cart_pid=jnp.where(remove, world.cart_pid.at[s].set(-1), world.cart_pid),
+        cart_var=jnp.where(remove, world.cart_var.at[s].set(-1), world.cart_var),
+        cart_no=jnp.where(remove, world.cart_no.at[s].set(0), world.cart_no),
+    )
+    return world, err
+
+
+def cart_remove(
+    catalog: Catalog, problem: Problem, world: World, line: jax.Array
+) -> tuple[World, jax.Array]:
+    return cart_set_quantity(catalog, problem, world, line, jnp.int32(0))
+
+
+def cart_rows(world: World) -> tuple[jax.Array, ...]:
+    """Cart lines ordered by line id: (pid, var, qty, line number, count, total units)."""
+    order = jnp.argsort(jnp.where(world.cart_no > 0, world.cart_no, jnp.iinfo(I32).max))
+    no = world.cart_no[order]
+    active = no > 0
+    return (
+        jnp.where(active, world.cart_pid[order], -1),
+        jnp.where(active, world.cart_var[order], -1),
+        jnp.where(active, world.cart_qty[order], 0),
+        no,
+        active.sum().astype(I32),
+        jnp.sum(jnp.where(active, world.cart_qty[order], 0)),
+    )

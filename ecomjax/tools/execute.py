@@ -1,0 +1,262 @@
+"""Step 2 of SPEC §4.3: run a turn's tool calls in order over the world.
+
+Each call slot runs every tool branch and selects one (that is what ``vmap`` makes of a
+``switch`` anyway), so each branch is kept small: at most ``S`` result rows. Searches and
+the category list, whose rows are large, are resolved outside the scan.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from ecomjax import constants as C
+from ecomjax.catalog.types import Catalog
+from ecomjax.tools import cart as cart_tools
+from ecomjax.types import Action, Problem, SearchResults, ToolResults, World
+from ecomjax.world import (
+    has_synth_variants,
+    is_known,
+    product_stock_qty,
+    record_use,
+    safe,
+    stock_qty,
+    target_item,
+    variant_count,
+)
+
+T = C.Tool
+E = C.ToolError
+I32 = jnp.int32
+S = C.MAX_CART_LINES  # small rows per call: cart lines, history, variants
+R = C.MAX_SEARCH_RESULTS
+V = C.MAX_VARIANTS
+
+# Tools whose rows are products the agent now has seen (SPEC §7, Seen).
+PRODUCT_ROW_TOOLS = (
+    T.CATALOG_SEARCH, T.CATALOG_RERANK, T.CATALOG_GET_PRODUCT, T.CATALOG_GET_VARIANTS,
+    T.CART_VIEW, T.CART_ADD, T.CART_REMOVE, T.CART_SET_QUANTITY, T.ORDER_LIST,
+    T.ORDER_GET_STATUS, T.USER_GET_VISIT_HISTORY,
+)
+CART_TOOLS = (T.CART_VIEW, T.CART_ADD, T.CART_REMOVE, T.CART_SET_QUANTITY)
+
+
+@struct.dataclass
+class TurnScratch:
+    """What the customer needs to know about this turn's calls."""
+
+    ask_any: jax.Array  # bool
+    ask_slots: jax.Array  # bool [N_SLOTS]
+    ask_items: jax.Array  # bool [MAX_ITEMS], CART items in the ask's scope
+    ask_not_mine: jax.Array  # bool, a product-scoped ask about a non-target
+    ask_subgoal: jax.Array  # int32, -1 = the active one
+    cart_changed: jax.Array  # bool
+
+
+def empty_scratch() -> TurnScratch:
+    return TurnScratch(
+        ask_any=jnp.bool_(False), ask_slots=jnp.zeros(C.N_SLOTS, bool),
+        ask_items=jnp.zeros(C.MAX_ITEMS, bool), ask_not_mine=jnp.bool_(False),
+        ask_subgoal=I32(-1), cart_changed=jnp.bool_(False),
+    )
+
+
+@struct.dataclass
+class Row:
+    error: jax.Array
+    count: jax.Array
+    total: jax.Array
+    ids: jax.Array  # [S]
+    var: jax.Array
+    qty: jax.Array
+    aux: jax.Array
+    var_attr: jax.Array  # [V]
+    var_value: jax.Array
+
+
+def _row(error=0, count=0, total=0, ids=None, var=None, qty=None, aux=None, var_attr=None,
+         var_value=None) -> Row:
+    def pad(x, fill, n=S, dtype=I32):
+        if x is None:
+            return jnp.full(n, fill, dtype)
+        x = jnp.asarray(x, dtype)
+        return jnp.concatenate([x, jnp.full(n - x.shape[0], fill, dtype)])
+
+    return Row(
+        error=jnp.asarray(error, I32), count=jnp.asarray(count, I32),
+        total=jnp.asarray(total, I32), ids=pad(ids, -1), var=pad(var, -1), qty=pad(qty, 0),
+        aux=pad(aux, 0), var_attr=pad(var_attr, -1, V), var_value=pad(var_value, 0.0, V,
+                                                                      jnp.float32),
+    )
+
+
+def _cart_row(world: World, error: jax.Array) -> Row:
+    pid, var, qty, no, count, total = cart_tools.cart_rows(world)
+    return _row(error, count, total, pid, var, qty, no)
+
+
+def _variants_row(catalog: Catalog, problem: Problem, world: World, pid: jax.Array) -> Row:
+    known = is_known(catalog, pid)
+    nv = jnp.where(known, variant_count(catalog, problem, pid), 0)
+    j = jnp.arange(V)
+    live = j < nv
+    synth = has_synth_variants(problem, pid)
+    item = jnp.maximum(target_item(problem, pid), 0)
+    attr = jnp.where(synth, problem.item_var_attr[item], C.Attr.COLOR)
+    value = jnp.where(
+        synth,
+        jnp.pad(problem.item_var_vals[item], (0, V - 3)),
+        catalog.var_color[safe(pid)].astype(jnp.float32),
+    )
+    qty = jax.vmap(lambda v: stock_qty(catalog, problem, world, pid, v))(j)
+    return _row(
+        jnp.where(known, E.NONE, E.UNKNOWN_PRODUCT), nv, nv,
+        jnp.where(live, pid, -1), jnp.where(live, j, -1), jnp.where(live, qty, 0), None,
+        jnp.where(live, attr, -1), jnp.where(live, value, 0.0),
+    )
+
+
+def _history_row(catalog: Catalog, problem: Problem, world: World) -> Row:
+    hist = problem.history
+    qty = jnp.where(hist >= 0, product_stock_qty(catalog, problem, world, safe(hist)), 0)
+    count = (hist >= 0).sum()
+    return _row(0, count, count, hist, None, qty)
+
+
+def _run_call(catalog: Catalog, problem: Problem, search: SearchResults, carry, i):
+    world, scratch, action = carry
+    tool = action.tool[i]
+    pid, var, qty = action.product[i], action.variant[i], action.qty[i]
+    line, order = action.line[i], action.order[i]
+
+    added, add_err = cart_tools.cart_add(catalog, problem, world, pid, var, qty)
+    setq, setq_err = cart_tools.cart_set_quantity(catalog, problem, world, line, qty)
+    removed, rm_err = cart_tools.cart_remove(catalog, problem, world, line)
+    known = is_known(catalog, pid)
+    no_order = order >= problem.n_orders
+    order_err = jnp.where(no_order | (order < 0), E.UNKNOWN_ORDER, E.NONE)
+    rows = {
+        T.CART_ADD: _cart_row(added, add_err),
+        T.CART_SET_QUANTITY: _cart_row(setq, setq_err),
+        T.CART_REMOVE: _cart_row(removed, rm_err),
+        T.CART_VIEW: _cart_row(world, 0),
+        T.CATALOG_GET_PRODUCT: _row(
+            jnp.where(known, E.NONE, E.UNKNOWN_PRODUCT), known, known,
+            jnp.where(known, pid, -1)[None],
+            None,
+            product_stock_qty(catalog, problem, world, safe(pid)[None]),
+            variant_count(catalog, problem, pid)[None],
+        ),
+        T.CATALOG_GET_VARIANTS: _variants_row(catalog, problem, world, pid),
+        T.USER_GET_VISIT_HISTORY: _history_row(catalog, problem, world),
+        T.DATETIME_NOW: _row(0, 0, problem.today),
+        T.CATALOG_SEARCH: _row(search.error[i]),
+        T.ORDER_GET_STATUS: _row(order_err),
+        T.RETURN_CHECK_ELIGIBILITY: _row(order_err),
+        T.RETURN_INITIATE: _row(order_err),
+        T.RETURN_EXCHANGE: _row(order_err),
+        T.RETURN_CANCEL: _row(
+            jnp.where((order >= 1) & (order <= world.n_returns), E.NONE, E.UNKNOWN_RETURN)
+        ),
+    }
+    row = _select_rows(tool, rows, _row())
+
+    world_after = jax.tree_util.tree_map(
+        lambda a, s, r, w: jnp.select(
+            [tool == T.CART_ADD, tool == T.CART_SET_QUANTITY, tool == T.CART_REMOVE], [a, s, r], w
+        ),
+        added, setq, removed, world,
+    )
+    uses = (tool == T.CART_ADD) | (tool == T.RETURN_EXCHANGE)
+    world_after = record_use(world_after, pid, jnp.bool_(True), uses)
+    changed = ((tool == T.CART_ADD) | (tool == T.CART_SET_QUANTITY) | (tool == T.CART_REMOVE)) & (
+        row.error == E.NONE
+    )
+
+    is_ask = tool == T.ASK_USER
+    item = target_item(problem, pid)
+    scoped = pid != -1
+    items = jnp.where(scoped, jnp.arange(C.MAX_ITEMS) == item, problem.item_pid >= 0)
+    scratch = scratch.replace(
+        ask_any=scratch.ask_any | is_ask,
+        ask_slots=scratch.ask_slots | (is_ask & action.slots[i]),
+        ask_items=scratch.ask_items | (is_ask & items),
+        ask_not_mine=scratch.ask_not_mine | (is_ask & scoped & (item < 0)),
+        ask_subgoal=jnp.where(is_ask & (action.enum_b[i] >= 0), action.enum_b[i], scratch.ask_subgoal),
+        cart_changed=scratch.cart_changed | changed,
+    )
+    return (world_after, scratch, action), (tool, row)
+
+
+def _select_rows(tool: jax.Array, rows: dict, empty: Row) -> Row:
+    tools = list(rows)
+    return jax.tree_util.tree_map(
+        lambda e, *xs: jnp.select([tool == t for t in tools], list(xs), e), empty, *rows.values()
+    )
+
+
+def run_tools(
+    catalog: Catalog, problem: Problem, world: World, action: Action, search: SearchResults
+) -> tuple[World, TurnScratch, ToolResults]:
+    """Runs the calls in slot order; each sees the effects of those before it."""
+    step = lambda carry, i: _run_call(catalog, problem, search, carry, i)
+    (world, scratch, _), (tools, rows) = jax.lax.scan(
+        step, (world, empty_scratch(), action), jnp.arange(C.MAX_TOOL_CALLS)
+    )
+    results = _assemble(catalog, problem, world, tools, rows, search)
+    return world, scratch, results
+
+
+def _pad_r(x: jax.Array, fill) -> jax.Array:
+    return jnp.pad(x, ((0, 0), (0, R - x.shape[1])), constant_values=fill)
+
+
+def _assemble(
+    catalog: Catalog, problem: Problem, world: World, tools: jax.Array, rows: Row,
+    search: SearchResults,
+) -> ToolResults:
+    is_search = (tools == T.CATALOG_SEARCH)[:, None]
+    is_cats = (tools == T.CATALOG_LIST_CATEGORIES)[:, None]
+    n_cat = min(catalog.n_categories, R)
+    cat_ids = jnp.pad(jnp.arange(n_cat, dtype=I32), (0, R - n_cat), constant_values=-1)
+    cat_counts = jnp.pad(jnp.diff(catalog.cat_offsets)[:n_cat].astype(I32), (0, R - n_cat))
+    search_qty = jnp.where(
+        search.ids >= 0,
+        jax.vmap(lambda ids: product_stock_qty(catalog, problem, world, safe(ids)))(search.ids),
+        0,
+    )
+    n_found = (search.ids >= 0).sum(-1).astype(I32)
+    count = jnp.select(
+        [is_search[:, 0], is_cats[:, 0]], [n_found, jnp.full_like(n_found, n_cat)], rows.count
+    )
+    total = jnp.select(
+        [is_search[:, 0], is_cats[:, 0]], [search.total, jnp.full_like(n_found, n_cat)], rows.total
+    )
+    aux = jnp.where(is_search, 0, _pad_r(rows.aux, 0))
+    aux = aux.at[:, 0].set(jnp.where(is_search[:, 0], search.top_k, aux[:, 0]))
+    return ToolResults(
+        tool=tools.astype(I32),
+        error=jnp.where(is_search[:, 0], search.error, rows.error),
+        count=count,
+        total=total,
+        ids=jnp.select([is_search, is_cats], [search.ids, cat_ids[None]], _pad_r(rows.ids, -1)),
+        var=jnp.where(is_search | is_cats, -1, _pad_r(rows.var, -1)),
+        qty=jnp.select([is_search, is_cats], [search_qty, cat_counts[None]], _pad_r(rows.qty, 0)),
+        aux=aux,
+        score=jnp.where(is_search, search.score, 0.0),
+        var_attr=rows.var_attr,
+        var_value=rows.var_value,
+    )
+
+
+def mark_seen(world: World, results: ToolResults) -> World:
+    """Delivered product rows join Seen; only later uses count as grounded (SPEC §7)."""
+    product_rows = jnp.isin(results.tool, jnp.array(PRODUCT_ROW_TOOLS))
+    live = (
+        product_rows[:, None]
+        & (jnp.arange(R)[None, :] < results.count[:, None])
+        & (results.ids >= 0)
+    )
+    idx = jnp.where(live, results.ids, world.seen.shape[0])  # out of range: dropped
+    return world.replace(seen=world.seen.at[idx.reshape(-1)].set(True, mode="drop"))

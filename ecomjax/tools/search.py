@@ -1,0 +1,156 @@
+"""catalog_search as a stage before the step (SPEC §5.1, DESIGN "Retrieval").
+
+``resolve_searches`` scores every search call of a turn with the ``kernels`` masked top-k
+(filters before ranking, exact over the whole catalog), then mixes in the difficulty's
+distractors and applies the top_k(d) cut. The step only reads the resolved ids, so a
+driver can skip this stage for a whole batch when no episode searches.
+
+Two documented simplifications of §5.1: filters and ``in_stock_only`` see the stock as it
+was at the start of the turn; a distractor that repeats an earlier distractor is dropped
+(each slot draws up to ``TRIES`` keyed candidates from its category and keeps the first
+that is not a true result).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ecomjax import constants as C
+from ecomjax import difficulty as D
+from ecomjax.catalog.types import Catalog
+from ecomjax.kernels.topk import masked_topk
+from ecomjax.predicates import disc_values, filters_pass, num_values_scaled
+from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults
+from ecomjax.world import is_known, safe
+
+R = C.MAX_SEARCH_RESULTS
+TRIES = 8
+NEG = -jnp.inf
+
+
+def _sort_key(catalog: Catalog, idx: jax.Array, mode: jax.Array) -> jax.Array:
+    """Higher is better. Sort keys are exact integers in float32."""
+    return jnp.select(
+        [mode == C.SortBy.PRICE_ASC, mode == C.SortBy.RATING_DESC],
+        [-catalog.price_cents[idx].astype(jnp.float32), catalog.rating_x100[idx].astype(jnp.float32)],
+        -catalog.ship_days[idx].astype(jnp.float32),
+    )
+
+
+def shown_score(catalog: Catalog, qvec: jax.Array, idx: jax.Array, mode: jax.Array) -> jax.Array:
+    """The card's ``score``: cosine for relevance / similar_to, else the key value."""
+    cos = catalog.emb[idx].astype(jnp.float32) @ qvec
+    key = jnp.select(
+        [mode == C.SortBy.PRICE_ASC, mode == C.SortBy.RATING_DESC],
+        [catalog.price_cents[idx] / 100.0, catalog.rating_x100[idx] / 100.0],
+        catalog.ship_days[idx].astype(jnp.float32),
+    )
+    return jnp.where(mode == C.SortBy.RELEVANCE, cos, key).astype(jnp.float32)
+
+
+def _query_vector(catalog: Catalog, action: Action, similar: jax.Array) -> jax.Array:
+    ref = catalog.emb[safe(action.product)].astype(jnp.float32)
+    return jnp.where(similar[:, None], ref, action.query_emb.astype(jnp.float32))
+
+
+def _ranked_candidates(
+    catalog: Catalog, state: EpisodeState, action: Action, params: EnvParams
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Exact masked top-R for the turn's call slots: (ids [B, R], n_valid [B], qvec [B, D])."""
+    world, problem = state.world, state.problem
+    similar = action.product != -1
+    mode = jnp.where(similar, C.SortBy.RELEVANCE, action.enum_a)
+    qvec = _query_vector(catalog, action, similar)
+    # Product SKUs whose free stock is used up by the cart (at most one per cart line).
+    line_free = jnp.where(world.cart_var == -1, catalog.stock[safe(world.cart_pid)] - world.cart_qty, 1)
+    exhausted = jnp.where((world.cart_no > 0) & (line_free <= 0), world.cart_pid, -1)
+    queries = {
+        "qvec": qvec, "mode": mode, "ref": jnp.where(similar, action.product, -1),
+        "fd": action.filter_disc, "fn": action.filter_num, "stock": action.flag,
+    }
+    rows = {"emb": catalog.emb, "oos": world.oos}
+    del problem
+
+    def score_fn(q, r, idx):
+        disc = disc_values(catalog, idx)
+        num = num_values_scaled(catalog, idx)
+        ok = jax.vmap(lambda fd, fn: filters_pass(disc, num, fd, fn))(q["fd"], q["fn"])
+        in_stock = (catalog.stock[idx] > 0) & ~r["oos"] & ~(idx[:, None] == exhausted).any(-1)
+        ok &= ~q["stock"][:, None] | in_stock[None, :]
+        ok &= idx[None, :] != q["ref"][:, None]
+        cos = q["qvec"] @ r["emb"].astype(jnp.float32).T
+        keys = jax.vmap(lambda m: _sort_key(catalog, idx, m))(q["mode"])
+        s = jnp.where((q["mode"] == C.SortBy.RELEVANCE)[:, None], cos, keys)
+        return jnp.where(ok, s, NEG)
+
+    top = masked_topk(score_fn, rows, queries, catalog.n_products, R, params.search_chunk)
+    return top.indices, top.n_valid, qvec
+
+
+def _mix_distractors(
+    key: jax.Array, catalog: Catalog, true_ids: jax.Array, n_true: jax.Array, n_dist: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Interleave n_dist keyed distractors at distinct positions among n_true + n_dist."""
+    slots = jnp.arange(R)
+    total = n_true + n_dist
+    prio = jax.random.uniform(jax.random.fold_in(key, 0), (R,))
+    prio = jnp.where(slots < total, prio, 2.0)
+    rank = jnp.argsort(jnp.argsort(prio))
+    is_dist = (rank < n_dist) & (slots < total)
+    t_before = jnp.cumsum(~is_dist & (slots < total)) - (~is_dist & (slots < total))
+    # Category of the next true item to emit, else the last emitted; whole catalog if none.
+    nxt = jnp.where(t_before < n_true, t_before, n_true - 1)
+    cat = catalog.category[safe(true_ids[jnp.maximum(nxt, 0)])].astype(jnp.int32)
+    lo = jnp.where(n_true > 0, catalog.cat_offsets[cat], 0)
+    hi = jnp.where(n_true > 0, catalog.cat_offsets[cat + 1], catalog.n_products)
+    u = jax.vmap(lambda s: jax.random.uniform(jax.random.fold_in(key, s + 1), (TRIES,)))(slots)
+    pos = lo[:, None] + jnp.floor(u * (hi - lo)[:, None]).astype(jnp.int32)
+    pos = jnp.minimum(pos, jnp.maximum(hi - 1, lo)[:, None])
+    cand = jnp.where(n_true > 0, catalog.cat_order[pos], pos)
+    true_sorted = jnp.sort(jnp.where(slots < n_true, true_ids, jnp.iinfo(jnp.int32).max))
+    hit = true_sorted[jnp.clip(jnp.searchsorted(true_sorted, cand), 0, R - 1)] == cand
+    ok = ~hit & (hi > lo)[:, None]
+    pick = jnp.where(ok.any(-1), cand[slots, jnp.argmax(ok, -1)], -1)
+    pick = jnp.where(is_dist, pick, -1)
+    # Drop a distractor that repeats an earlier one.
+    earlier = (pick[None, :] == pick[:, None]) & (slots[None, :] < slots[:, None]) & is_dist[None, :]
+    pick = jnp.where(earlier.any(-1), -1, pick)
+    true_at = true_ids[jnp.clip(t_before, 0, R - 1)]
+    out = jnp.where(is_dist, pick, jnp.where(slots < total, true_at, -1))
+    keep = out >= 0
+    order = jnp.argsort(~keep, stable=True)
+    out = jnp.where(slots < keep.sum(), out[order], -1)
+    return out, is_dist[order] & (slots < keep.sum())
+
+
+def resolve_searches(
+    catalog: Catalog, state: EpisodeState, action: Action, params: EnvParams
+) -> SearchResults:
+    """Resolves every catalog_search slot of one episode's action (vmap over episodes).
+
+    Draws come from the episode key's SEARCH stream folded by the search-call counter."""
+    is_search = action.tool == C.Tool.CATALOG_SEARCH
+    counter = state.world.n_searches + jnp.cumsum(is_search) - is_search
+    similar = action.product != -1
+    bad_ref = similar & ~is_known(catalog, action.product)
+    ids, n_valid, qvec = _ranked_candidates(catalog, state, action, params)
+    diff = D.difficulty(state.problem.d, params.overrides)
+    n = jnp.minimum(jnp.clip(action.qty, 1, 500), diff.top_k)
+    n_dist = jnp.round(diff.eps_rank * n).astype(jnp.int32)
+    n_true = jnp.minimum(n_valid, n - n_dist)
+    skey = jax.random.fold_in(state.key, C.STREAM["SEARCH"])
+    mixed, _ = jax.vmap(
+        lambda c, t, nt, nd: _mix_distractors(jax.random.fold_in(skey, c), catalog, t, nt, nd)
+    )(counter, ids, n_true, n_dist)
+    live = is_search & ~bad_ref
+    mixed = jnp.where(live[:, None], mixed, -1)
+    mode = jnp.where(similar, C.SortBy.RELEVANCE, action.enum_a)
+    score = jax.vmap(lambda q, i, m: shown_score(catalog, q, safe(i), m))(qvec, mixed, mode)
+    return SearchResults(
+        ids=mixed,
+        score=jnp.where(mixed >= 0, score, 0.0),
+        total=jnp.where(live, n_valid, 0),
+        top_k=jnp.where(is_search, n, 0),
+        error=jnp.where(is_search & bad_ref, C.ToolError.UNKNOWN_PRODUCT, 0).astype(jnp.int32),
+    )

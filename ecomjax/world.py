@@ -1,0 +1,116 @@
+"""Stock, reservations and the cart over the per-episode overlay (SPEC §1.7, §5.2, §6).
+
+The shared catalog is never mutated: an episode changes stock only through ``World.oos``
+(products forced out of stock) and cart reservations.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ecomjax import constants as C
+from ecomjax.catalog.types import Catalog
+from ecomjax.types import Problem, World
+
+I32 = jnp.int32
+
+
+def init_world(n_products: int) -> World:
+    mc, mr, mu = C.MAX_CART_LINES, C.MAX_RETURNS, C.MAX_USED_IDS
+    return World(
+        cart_pid=jnp.full(mc, -1, I32), cart_var=jnp.full(mc, -1, I32),
+        cart_qty=jnp.zeros(mc, I32), cart_no=jnp.zeros(mc, I32), lines_created=I32(0),
+        oos=jnp.zeros(n_products, bool), seen=jnp.zeros(n_products, bool),
+        used=jnp.full(mu, -1, I32), used_hall=jnp.zeros(mu, bool),
+        used_by_tool=jnp.zeros(mu, bool), n_used=I32(0), n_searches=I32(0),
+        ret_order=jnp.full(mr, -1, I32), ret_line=jnp.full(mr, -1, I32),
+        ret_reason=jnp.full(mr, -1, I32), ret_method=jnp.full(mr, -1, I32),
+        ret_active=jnp.zeros(mr, bool), exch_pid=jnp.full(mr, -1, I32),
+        exch_var=jnp.full(mr, -1, I32), n_returns=I32(0),
+    )
+
+
+def is_known(catalog: Catalog, pid: jax.Array) -> jax.Array:
+    return (pid >= 0) & (pid < catalog.n_products)
+
+
+def safe(pid: jax.Array) -> jax.Array:
+    """A gather-safe index: unknown ids read row 0 and must be masked by the caller."""
+    return jnp.maximum(pid, 0)
+
+
+def target_item(problem: Problem, pid: jax.Array) -> jax.Array:
+    """Index of the CART target with this product id, or -1."""
+    hit = (problem.item_pid == pid) & (pid >= 0)
+    return jnp.where(hit.any(), jnp.argmax(hit), -1)
+
+
+def has_synth_variants(problem: Problem, pid: jax.Array) -> jax.Array:
+    """CART variant-required targets show exactly their 3 synthesized variants (SPEC §8.3)."""
+    item = target_item(problem, pid)
+    return (item >= 0) & problem.item_var_req[jnp.maximum(item, 0)]
+
+
+def variant_count(catalog: Catalog, problem: Problem, pid: jax.Array) -> jax.Array:
+    base = catalog.var_count[safe(pid)].astype(I32)
+    return jnp.where(has_synth_variants(problem, pid), 3, base)
+
+
+def reserved(world: World, pid: jax.Array, var: jax.Array) -> jax.Array:
+    hit = (world.cart_pid == pid) & (world.cart_var == var) & (world.cart_no > 0)
+    return jnp.sum(jnp.where(hit, world.cart_qty, 0))
+
+
+def base_stock(catalog: Catalog, problem: Problem, pid: jax.Array, var: jax.Array) -> jax.Array:
+    """Stock of one SKU before reservations. Synthesized variants share the product's count."""
+    p = safe(pid)
+    product = catalog.stock[p].astype(I32)
+    catalog_var = catalog.var_stock[p, jnp.clip(var, 0, C.MAX_VARIANTS - 1)].astype(I32)
+    per_var = jnp.where(has_synth_variants(problem, pid), product, catalog_var)
+    return jnp.where(var < 0, product, per_var)
+
+
+def stock_qty(
+    catalog: Catalog, problem: Problem, world: World, pid: jax.Array, var: jax.Array
+) -> jax.Array:
+    """Units available now: stock - reserved, and 0 once the product is forced out."""
+    free = base_stock(catalog, problem, pid, var) - reserved(world, pid, var)
+    forced = world.oos[safe(pid)]
+    return jnp.where(is_known(catalog, pid) & ~forced, jnp.maximum(free, 0), 0)
+
+
+def product_stock_qty(
+    catalog: Catalog, problem: Problem, world: World, pids: jax.Array
+) -> jax.Array:
+    """stock_qty of product SKUs (no variant) for a vector of ids, e.g. search cards."""
+    return jax.vmap(lambda p: stock_qty(catalog, problem, world, p, jnp.int32(-1)))(pids)
+
+
+def cart_fingerprint(world: World) -> jax.Array:
+    """Order-free hash of the cart contents, so each cart state is confirmed once."""
+    active = world.cart_no > 0
+    h = (
+        world.cart_pid.astype(jnp.uint32) * jnp.uint32(0x9E3779B1)
+        ^ (world.cart_var + 7).astype(jnp.uint32) * jnp.uint32(0x85EBCA77)
+        ^ world.cart_qty.astype(jnp.uint32) * jnp.uint32(0xC2B2AE3D)
+    )
+    h = (h ^ (h >> 15)) * jnp.uint32(0x2C1B3C6D)
+    return jnp.sum(jnp.where(active, h, 0), dtype=jnp.uint32).astype(I32) | 1
+
+
+def record_use(world: World, pid: jax.Array, by_tool: jax.Array, enabled: jax.Array) -> World:
+    """Adds a used product id (SPEC §7). Hallucination is judged against Seen at first use."""
+    present = (world.used == pid) & (jnp.arange(C.MAX_USED_IDS) < world.n_used)
+    is_new = enabled & (pid != -1) & ~present.any() & (world.n_used < C.MAX_USED_IDS)
+    slot = world.n_used
+    unseen = ~(world.seen[safe(pid)] & (pid >= 0) & (pid < world.seen.shape[0]))
+    tool_flag = jnp.where(present.any(), present & by_tool & enabled, False)
+    return world.replace(
+        used=jnp.where(is_new, world.used.at[slot].set(pid), world.used),
+        used_hall=jnp.where(is_new, world.used_hall.at[slot].set(unseen), world.used_hall),
+        used_by_tool=jnp.where(
+            is_new, world.used_by_tool.at[slot].set(by_tool), world.used_by_tool | tool_flag
+        ),
+        n_used=world.n_used + is_new.astype(I32),
+    )

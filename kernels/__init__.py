@@ -1,0 +1,1 @@
+"""Device kernels with a plain jnp reference beside each."""

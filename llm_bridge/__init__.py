@@ -1,0 +1,1 @@
+"""Host bridge: text rendering, tool-call parsing, retrieval, customer wording."""

@@ -1,0 +1,1 @@
+"""Training utilities over the array core."""
