@@ -79,12 +79,6 @@ def cart_set_quantity(
     return world, err
 
 
-def cart_remove(
-    catalog: Catalog, problem: Problem, world: World, line: jax.Array
-) -> tuple[World, jax.Array]:
-    return cart_set_quantity(catalog, problem, world, line, jnp.int32(0))
-
-
 def cart_rows(world: World) -> tuple[jax.Array, ...]:
     """Cart lines ordered by line id: (pid, var, qty, line number, count, total units)."""
     order = jnp.argsort(jnp.where(world.cart_no > 0, world.cart_no, jnp.iinfo(I32).max))

@@ -131,16 +131,26 @@ def _run_call(catalog: Catalog, problem: Problem, search: SearchResults, carry, 
     line, order = action.line[i], action.order[i]
 
     added, add_err = cart_tools.cart_add(catalog, problem, world, pid, var, qty)
-    setq, setq_err = cart_tools.cart_set_quantity(catalog, problem, world, line, qty)
-    removed, rm_err = cart_tools.cart_remove(catalog, problem, world, line)
+    # cart_remove is cart_set_quantity(line, 0): one mutation graph serves both.
+    is_remove = tool == T.CART_REMOVE
+    setq, setq_err = cart_tools.cart_set_quantity(
+        catalog, problem, world, line, jnp.where(is_remove, 0, qty)
+    )
+    is_add = tool == T.CART_ADD
+    is_setq = (tool == T.CART_SET_QUANTITY) | is_remove
+    cart_world = jax.tree_util.tree_map(
+        lambda a, b, w: jnp.where(is_add, a, jnp.where(is_setq, b, w)), added, setq, world
+    )
+    cart_err = jnp.where(is_add, add_err, jnp.where(is_setq, setq_err, E.NONE))
+    cart_row = _cart_row(cart_world, cart_err)
     known = is_known(catalog, pid)
     no_order = order >= problem.n_orders
     order_err = jnp.where(no_order | (order < 0), E.UNKNOWN_ORDER, E.NONE)
     rows = {
-        T.CART_ADD: _cart_row(added, add_err),
-        T.CART_SET_QUANTITY: _cart_row(setq, setq_err),
-        T.CART_REMOVE: _cart_row(removed, rm_err),
-        T.CART_VIEW: _cart_row(world, 0),
+        T.CART_ADD: cart_row,
+        T.CART_SET_QUANTITY: cart_row,
+        T.CART_REMOVE: cart_row,
+        T.CART_VIEW: cart_row,
         T.CATALOG_GET_PRODUCT: _row(
             jnp.where(known, E.NONE, E.UNKNOWN_PRODUCT), known, known,
             jnp.where(known, pid, -1)[None],
@@ -162,17 +172,9 @@ def _run_call(catalog: Catalog, problem: Problem, search: SearchResults, carry, 
     }
     row = _select_rows(tool, rows, _row())
 
-    world_after = jax.tree_util.tree_map(
-        lambda a, s, r, w: jnp.select(
-            [tool == T.CART_ADD, tool == T.CART_SET_QUANTITY, tool == T.CART_REMOVE], [a, s, r], w
-        ),
-        added, setq, removed, world,
-    )
-    uses = (tool == T.CART_ADD) | (tool == T.RETURN_EXCHANGE)
-    world_after = record_use(world_after, pid, jnp.bool_(True), uses)
-    changed = ((tool == T.CART_ADD) | (tool == T.CART_SET_QUANTITY) | (tool == T.CART_REMOVE)) & (
-        row.error == E.NONE
-    )
+    uses = is_add | (tool == T.RETURN_EXCHANGE)
+    world_after = record_use(cart_world, pid, jnp.bool_(True), uses)
+    changed = (is_add | is_setq) & (cart_err == E.NONE)
 
     is_ask = tool == T.ASK_USER
     item = target_item(problem, pid)
