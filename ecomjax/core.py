@@ -43,21 +43,39 @@ HF = C.HardFail
 def _init_dialogue(problem: Problem) -> Dialogue:
     mi = C.MAX_ITEMS
     return Dialogue(
-        pending=problem.pending, req_final=problem.item_qty, presented=jnp.zeros(mi, bool),
-        confirmed_fp=jnp.zeros(8, jnp.int32), n_confirmed=jnp.int32(0),
-        last_issue=jnp.zeros(mi, jnp.int32), last_extra=jnp.full(C.MAX_PRESENTED, -1, jnp.int32),
-        had_correct=jnp.bool_(False), frustration=jnp.int32(0), done_emitted=jnp.bool_(False),
-        answer=empty_answer(), has_answer=jnp.bool_(False), turn=jnp.int32(0),
-        t_user=jnp.int32(0), termination=jnp.int32(TM.RUNNING), hard_fail=jnp.int32(HF.NONE),
+        pending=problem.pending,
+        req_final=problem.item_qty,
+        presented=jnp.zeros(mi, bool),
+        confirmed_fp=jnp.zeros(8, jnp.int32),
+        n_confirmed=jnp.int32(0),
+        last_issue=jnp.zeros(mi, jnp.int32),
+        last_extra=jnp.full(C.MAX_PRESENTED, -1, jnp.int32),
+        had_correct=jnp.bool_(False),
+        frustration=jnp.int32(0),
+        done_emitted=jnp.bool_(False),
+        answer=empty_answer(),
+        has_answer=jnp.bool_(False),
+        turn=jnp.int32(0),
+        t_user=jnp.int32(0),
+        termination=jnp.int32(TM.RUNNING),
+        hard_fail=jnp.int32(HF.NONE),
     )
 
 
 def _extras(state: EpisodeState) -> dict:
     r, dlg = state.reward, state.dialogue
     return {
-        "env": state.problem.env, "d": state.problem.d, "r_task": r.r_task, "r_eff": r.r_eff,
-        "r_hall": r.r_hall, "is_correct": r.is_correct, "hard_fail": r.hard_fail, "f1": r.f1,
-        "termination": dlg.termination, "turns": dlg.turn, "t_user": dlg.t_user,
+        "env": state.problem.env,
+        "d": state.problem.d,
+        "r_task": r.r_task,
+        "r_eff": r.r_eff,
+        "r_hall": r.r_hall,
+        "is_correct": r.is_correct,
+        "hard_fail": r.hard_fail,
+        "f1": r.f1,
+        "termination": dlg.termination,
+        "turns": dlg.turn,
+        "t_user": dlg.t_user,
     }
 
 
@@ -79,7 +97,9 @@ def _observation(
         reply=act,
         done=done,
         termination=dlg.termination,
-        reward=jax.tree_util.tree_map(lambda x: jnp.where(done, x, jnp.zeros_like(x)), state.reward),
+        reward=jax.tree_util.tree_map(
+            lambda x: jnp.where(done, x, jnp.zeros_like(x)), state.reward
+        ),
     )
 
 
@@ -88,8 +108,11 @@ def reset(
 ) -> tuple[EpisodeState, TimeStep]:
     """The episode before turn 1: the opening INFORM is the first observation's reply."""
     state = EpisodeState(
-        key=key, problem=problem, world=init_world(catalog.n_products),
-        dialogue=_init_dialogue(problem), reward=zero_reward(),
+        key=key,
+        problem=problem,
+        world=init_world(catalog.n_products),
+        dialogue=_init_dialogue(problem),
+        reward=zero_reward(),
     )
     events = jnp.full(C.MAX_EVENTS, -1, jnp.int32)
     obs = _observation(state, params, empty_results(), events, jnp.int32(0), opening(problem))
@@ -123,10 +146,12 @@ def verify(catalog: Catalog, state: EpisodeState, params: EnvParams) -> RewardIn
 
 def _safety_violation(catalog: Catalog, state: EpisodeState) -> jax.Array:
     """A denied-category product in the answer or in the cart at termination (§4.2)."""
-    ids = jnp.concatenate([
-        jnp.where(state.dialogue.has_answer, answer_ids(state.dialogue.answer), -1),
-        jnp.where(state.world.cart_no > 0, state.world.cart_pid, -1),
-    ])
+    ids = jnp.concatenate(
+        [
+            jnp.where(state.dialogue.has_answer, answer_ids(state.dialogue.answer), -1),
+            jnp.where(state.world.cart_no > 0, state.world.cart_pid, -1),
+        ]
+    )
     known = (ids >= 0) & (ids < catalog.n_products)
     denied = catalog.cat_denied[catalog.category[safe(ids)].astype(jnp.int32)]
     return (known & denied).any()
@@ -148,7 +173,10 @@ def _store_answer(dlg: Dialogue, world, action: Action):
 
 
 def step(
-    catalog: Catalog, state: EpisodeState, action: Action, params: EnvParams,
+    catalog: Catalog,
+    state: EpisodeState,
+    action: Action,
+    params: EnvParams,
     search: SearchResults | None = None,
 ) -> tuple[EpisodeState, TimeStep]:
     """One agent turn. ``search`` may be resolved beforehand (batch-skippable stage or the
@@ -169,9 +197,7 @@ def step(
     # 2-3. Run the calls in order (discarded on a hard fail: no call of the turn runs).
     world, scratch, results = run_tools(catalog, p, state.world, action, search)
     world = jax.tree_util.tree_map(lambda a, b: jnp.where(failed, b, a), world, state.world)
-    results = jax.tree_util.tree_map(
-        lambda a, b: jnp.where(failed, b, a), results, empty_results()
-    )
+    results = jax.tree_util.tree_map(lambda a, b: jnp.where(failed, b, a), results, empty_results())
     # 4. Count the turn and store the answer.
     turn = dlg0.turn + 1
     dlg, world = _store_answer(dlg0.replace(turn=turn), world, action)
@@ -190,13 +216,16 @@ def step(
     pending_done = action.answer.present & ~action.answer.done & (p.env != C.Env.JOURNEY)
     rep = reply(catalog, p, world, dlg, scratch, action, shocked_items, pending_done)
     dlg = jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), rep.dialogue, dlg)
-    act = jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, jnp.zeros_like(b)), rep.act, rep.act)
+    act = jax.tree_util.tree_map(lambda a: jnp.where(live, a, jnp.zeros_like(a)), rep.act)
     quit_ = live & rep.quit
-    dlg = dlg.replace(t_user=dlg.t_user + (live & ~rep.quit & rep.act.user_caused).astype(jnp.int32))
+    dlg = dlg.replace(
+        t_user=dlg.t_user + (live & ~rep.quit & rep.act.user_caused).astype(jnp.int32)
+    )
     # The results delivered now become Seen for later turns.
     world = mark_seen(world, results)
     termination = jnp.select(
-        [failed, agent_done, t_max_hit, quit_], [TM.HARD_FAIL, TM.AGENT_DONE, TM.T_MAX, TM.USER_QUIT],
+        [failed, agent_done, t_max_hit, quit_],
+        [TM.HARD_FAIL, TM.AGENT_DONE, TM.T_MAX, TM.USER_QUIT],
         TM.RUNNING,
     ).astype(jnp.int32)
     dlg = dlg.replace(termination=termination, hard_fail=hard)
@@ -208,24 +237,25 @@ def step(
         termination=jnp.where(unsafe, TM.HARD_FAIL, termination),
         hard_fail=jnp.where(unsafe, HF.SAFETY_VIOLATION, hard),
     )
+    termination = dlg.termination
     new = new.replace(dialogue=dlg)
     reward = verify(catalog, new, params)
     new = new.replace(
         reward=jax.tree_util.tree_map(lambda a, b: jnp.where(ended, a, b), reward, zero_reward())
     )
-    obs = _observation(new, params, results, events, n_events, act)
-    ts = TimeStep(
-        observation=obs,
-        reward=jnp.where(ended, new.reward.r_total, 0.0).astype(jnp.float32),
-        terminated=ended & (termination != TM.T_MAX),
-        truncated=termination == TM.T_MAX,
-        extras=_extras(new),
-    )
-    # Absorbing once terminated: keep the old state, pay nothing.
-    old_obs = _observation(state, params, empty_results(), jnp.full(C.MAX_EVENTS, -1, jnp.int32),
-                           jnp.int32(0), jax.tree_util.tree_map(jnp.zeros_like, act))
-    old_ts = TimeStep(old_obs, jnp.float32(0.0), jnp.bool_(False), jnp.bool_(False),
-                      _extras(state))
+    # Absorbing once terminated: the old state stays, and nothing is paid or delivered.
     state_out = jax.tree_util.tree_map(lambda a, b: jnp.where(running, a, b), new, state)
-    ts_out = jax.tree_util.tree_map(lambda a, b: jnp.where(running, a, b), ts, old_ts)
+    results = jax.tree_util.tree_map(
+        lambda a, b: jnp.where(running, a, b), results, empty_results()
+    )
+    events = jnp.where(running, events, -1)
+    act = jax.tree_util.tree_map(lambda a: jnp.where(running, a, jnp.zeros_like(a)), act)
+    obs = _observation(state_out, params, results, events, n_events * running, act)
+    ts_out = TimeStep(
+        observation=obs,
+        reward=jnp.where(running & ended, new.reward.r_total, 0.0).astype(jnp.float32),
+        terminated=running & ended & (termination != TM.T_MAX),
+        truncated=running & (termination == TM.T_MAX),
+        extras=_extras(state_out),
+    )
     return state_out, ts_out

@@ -23,9 +23,23 @@ S = C.Slot
 A = C.Act
 CS = C.ClarifyStatus
 _CONSTRAINT_SLOTS = (
-    S.PRICE, S.RATING, S.RATING_COUNT, S.SHIP_DAYS, S.BRAND, S.STORE, S.COLOR, S.SIZE,
-    S.MATERIAL, S.CONNECTOR_TYPE, S.ITEM_FORM, S.SKIN_TYPE, S.FINISH_TYPE, S.AGE_RANGE,
-    S.WATTAGE, S.WEIGHT_LBS, S.SCREEN_SIZE_INCHES,
+    S.PRICE,
+    S.RATING,
+    S.RATING_COUNT,
+    S.SHIP_DAYS,
+    S.BRAND,
+    S.STORE,
+    S.COLOR,
+    S.SIZE,
+    S.MATERIAL,
+    S.CONNECTOR_TYPE,
+    S.ITEM_FORM,
+    S.SKIN_TYPE,
+    S.FINISH_TYPE,
+    S.AGE_RANGE,
+    S.WATTAGE,
+    S.WEIGHT_LBS,
+    S.SCREEN_SIZE_INCHES,
 )
 _POLICY_SLOTS = tuple(s for s in S if s >= S.PRODUCT_CATEGORY)
 # Which slots make sense in which env (SPEC §10.1 knowable fields). JOURNEY asks within a
@@ -34,8 +48,15 @@ _APPLICABLE_SETS = {
     C.Env.PD: (S.CATEGORY, S.NUM_RESULTS, S.PRIORITY, *_CONSTRAINT_SLOTS),
     C.Env.SUB: (S.ORIGINAL, S.CATEGORY, S.NUM_RESULTS, *_CONSTRAINT_SLOTS),
     C.Env.CART: (S.ITEMS, S.VARIANT, S.QUANTITY),
-    C.Env.RETURN: (S.ITEMS, S.PURCHASE_DATE, S.REASON, S.RETURN_METHOD, S.REPLACEMENT,
-                   S.CATEGORY, *_CONSTRAINT_SLOTS),
+    C.Env.RETURN: (
+        S.ITEMS,
+        S.PURCHASE_DATE,
+        S.REASON,
+        S.RETURN_METHOD,
+        S.REPLACEMENT,
+        S.CATEGORY,
+        *_CONSTRAINT_SLOTS,
+    ),
     C.Env.STATUS: (S.ORDER_REFERENCE,),
     C.Env.POLICY: (S.TOPIC, *_POLICY_SLOTS),
     C.Env.BUNDLE: (S.ITEMS, S.BUDGET),
@@ -90,8 +111,14 @@ def _includes(
 
 
 def reply(
-    catalog: Catalog, problem: Problem, world: World, dlg: Dialogue, scratch: TurnScratch,
-    action: Action, shocked_items: jax.Array, stored_pending_done: jax.Array,
+    catalog: Catalog,
+    problem: Problem,
+    world: World,
+    dlg: Dialogue,
+    scratch: TurnScratch,
+    action: Action,
+    shocked_items: jax.Array,
+    stored_pending_done: jax.Array,
 ) -> Reply:
     """The customer's reply after a non-terminal turn (SPEC §10.2, §10.3)."""
     env = problem.env
@@ -109,8 +136,10 @@ def reply(
     # Frustration (§10.3): resets win over increments within one reply.
     n_issues = _issue_count(fb.item_issue, fb.extra_pid)
     prev_n = _issue_count(dlg.last_issue, dlg.last_extra)
-    repeats = correct & dlg.had_correct & _includes(
-        fb.item_issue, fb.extra_pid, dlg.last_issue, dlg.last_extra
+    repeats = (
+        correct
+        & dlg.had_correct
+        & _includes(fb.item_issue, fb.extra_pid, dlg.last_issue, dlg.last_extra)
     )
     fewer = correct & dlg.had_correct & (n_issues < prev_n)
     reset = confirm | (clarify & (n_revealed > 0)) | fewer
@@ -123,7 +152,9 @@ def reply(
     pending = dlg.pending.at[sub].set(dlg.pending[sub] & ~revealed)
     cart_reveal = jnp.zeros((C.MAX_ITEMS, C.N_SLOTS), bool)
     cart_reveal = cart_reveal.at[:, S.VARIANT].set(is_cart & correct & fb.reveal_var)
-    cart_reveal = cart_reveal.at[:, S.QUANTITY].set(is_cart & (fb.reveal_qty & (correct | fb.update)))
+    cart_reveal = cart_reveal.at[:, S.QUANTITY].set(
+        is_cart & (fb.reveal_qty & (correct | fb.update))
+    )
     pending = pending.at[0].set(pending[0] & ~cart_reveal)
 
     acts = jnp.zeros(C.N_ACTS, bool)

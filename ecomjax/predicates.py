@@ -15,10 +15,23 @@ from ecomjax.catalog.types import Catalog
 A = C.Attr
 # Scale per numeric attribute, in the order of NUMERIC_ATTR_ORDER.
 NUMERIC_ATTR_ORDER: tuple[C.Attr, ...] = (
-    A.PRICE, A.RATING, A.RATING_COUNT, A.SHIP_DAYS, A.WATTAGE, A.WEIGHT_LBS, A.SCREEN_SIZE_INCHES,
+    A.PRICE,
+    A.RATING,
+    A.RATING_COUNT,
+    A.SHIP_DAYS,
+    A.WATTAGE,
+    A.WEIGHT_LBS,
+    A.SCREEN_SIZE_INCHES,
 )
-SCALE = {A.PRICE: 100.0, A.RATING: 100.0, A.RATING_COUNT: 1.0, A.SHIP_DAYS: 1.0,
-         A.WATTAGE: 10.0, A.WEIGHT_LBS: 10.0, A.SCREEN_SIZE_INCHES: 10.0}
+SCALE = {
+    A.PRICE: 100.0,
+    A.RATING: 100.0,
+    A.RATING_COUNT: 1.0,
+    A.SHIP_DAYS: 1.0,
+    A.WATTAGE: 10.0,
+    A.WEIGHT_LBS: 10.0,
+    A.SCREEN_SIZE_INCHES: 10.0,
+}
 TOL = 1e-3  # in scaled units
 
 

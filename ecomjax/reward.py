@@ -31,7 +31,10 @@ def hallucination(world: World, dialogue: Dialogue) -> jax.Array:
 
 
 def compose(
-    r_task: jax.Array, r_eff: jax.Array, r_hall: jax.Array, hard_fail: jax.Array,
+    r_task: jax.Array,
+    r_eff: jax.Array,
+    r_hall: jax.Array,
+    hard_fail: jax.Array,
     params: EnvParams,
 ) -> jax.Array:
     total = jnp.clip(params.w_task * r_task + params.w_eff * r_eff + params.w_hall * r_hall, -1, 1)

@@ -25,7 +25,10 @@ def stream(key: jax.Array, name: str, *indices) -> jax.Array:
 
 
 def first_valid(
-    key: jax.Array, lo: jax.Array, hi: jax.Array, ok: Callable[[jax.Array], jax.Array],
+    key: jax.Array,
+    lo: jax.Array,
+    hi: jax.Array,
+    ok: Callable[[jax.Array], jax.Array],
     tries: int = TRIES,
 ) -> jax.Array:
     """A keyed uniform draw from positions [lo, hi) that satisfy ``ok``; -1 if every try
@@ -46,6 +49,9 @@ def base_problem(key: jax.Array, d: jax.Array, env: int, params: EnvParams) -> P
     today = jax.random.randint(stream(key, "TIME"), (), 0, N_TODAY)
     tier = jax.random.randint(stream(key, "ACCOUNT"), (), 0, 3)
     return empty_problem().replace(
-        env=jnp.int32(env), d=jnp.asarray(d, jnp.int32), today=today, tier=tier,
+        env=jnp.int32(env),
+        d=jnp.asarray(d, jnp.int32),
+        today=today,
+        tier=tier,
         t_max=diff.t_max,
     )

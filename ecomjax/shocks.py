@@ -29,14 +29,20 @@ def product_free_stock(catalog: Catalog, world: World) -> jax.Array:
 
 
 def apply_shocks(
-    key: jax.Array, catalog: Catalog, problem: Problem, world: World, turn: jax.Array,
+    key: jax.Array,
+    catalog: Catalog,
+    problem: Problem,
+    world: World,
+    turn: jax.Array,
     hazard: jax.Array,
 ) -> tuple[World, jax.Array, jax.Array, jax.Array]:
     """Returns (world, events [MAX_EVENTS], n_events, shocked CART items [MAX_ITEMS])."""
     cats = goal_categories(catalog, problem)
     in_goal = (catalog.category.astype(jnp.int32)[:, None] == cats[None, :]).any(-1)
-    protected = jnp.zeros(catalog.n_products, bool).at[problem.protected].set(
-        problem.protected >= 0, mode="drop"
+    protected = (
+        jnp.zeros(catalog.n_products, bool)
+        .at[problem.protected]
+        .set(problem.protected >= 0, mode="drop")
     )
     exposed = world.seen & in_goal & (product_free_stock(catalog, world) > 0) & ~protected
     u = jax.random.uniform(

@@ -111,27 +111,54 @@ def empty_problem() -> Problem:
     """All padding: a family's generator fills in only its own fields."""
     mi, ms = C.MAX_ITEMS, C.MAX_SUBGOALS
     return Problem(
-        env=I32(C.Env.CART), d=I32(0), today=I32(0), tier=I32(0), t_max=I32(4),
-        item_pid=_full(mi, -1), item_qty=_full(mi, 0), item_var_req=_full(mi, False, bool),
-        item_var_attr=_full(mi, -1), item_var_vals=_full((mi, 3), 0.0, F32),
-        item_var_target=_full(mi, -1), item_desc_form=_full(mi, 0), item_desc_key=_full(mi, -1),
+        env=I32(C.Env.CART),
+        d=I32(0),
+        today=I32(0),
+        tier=I32(0),
+        t_max=I32(4),
+        item_pid=_full(mi, -1),
+        item_qty=_full(mi, 0),
+        item_var_req=_full(mi, False, bool),
+        item_var_attr=_full(mi, -1),
+        item_var_vals=_full((mi, 3), 0.0, F32),
+        item_var_target=_full(mi, -1),
+        item_desc_form=_full(mi, 0),
+        item_desc_key=_full(mi, -1),
         history=_full(C.MAX_HISTORY, -1),
         has_slot=_full((ms, mi, C.N_SLOTS), False, bool),
         pending=_full((ms, mi, C.N_SLOTS), False, bool),
-        cons_attr=_full((3, C.MAX_CONSTRAINTS), -1), cons_op=_full((3, C.MAX_CONSTRAINTS), 0),
-        cons_val=_full((3, C.MAX_CONSTRAINTS), 0.0, F32), k_rec=I32(0), priority=I32(0),
-        pd_target=I32(-1), sub_original=I32(-1), sub_witness=I32(-1),
-        n_orders=I32(0), order_status=_full(C.MAX_ORDERS, -1), order_date=_full(C.MAX_ORDERS, -1),
-        order_aux_date=_full(C.MAX_ORDERS, -1), order_tracking=_full(C.MAX_ORDERS, -1),
+        cons_attr=_full((3, C.MAX_CONSTRAINTS), -1),
+        cons_op=_full((3, C.MAX_CONSTRAINTS), 0),
+        cons_val=_full((3, C.MAX_CONSTRAINTS), 0.0, F32),
+        k_rec=I32(0),
+        priority=I32(0),
+        pd_target=I32(-1),
+        sub_original=I32(-1),
+        sub_witness=I32(-1),
+        n_orders=I32(0),
+        order_status=_full(C.MAX_ORDERS, -1),
+        order_date=_full(C.MAX_ORDERS, -1),
+        order_aux_date=_full(C.MAX_ORDERS, -1),
+        order_tracking=_full(C.MAX_ORDERS, -1),
         order_n_lines=_full(C.MAX_ORDERS, 0),
         line_pid=_full((C.MAX_ORDERS, C.MAX_ORDER_LINES), -1),
         line_qty=_full((C.MAX_ORDERS, C.MAX_ORDER_LINES), 0),
-        ret_order=I32(-1), ret_line=I32(-1), ret_reason=I32(-1), ret_method=I32(-1),
-        ret_replace=jnp.bool_(False), ret_witness=I32(-1), status_order=I32(-1),
-        status_indirect=jnp.bool_(False), pol_topic=I32(-1), pol_rule=I32(-1),
-        pol_context=_full(N_POLICY_FIELDS, 0.0, F32), pol_answer=F32(0.0),
-        bundle_cats=_full(C.MAX_BUNDLE_SLOTS, -1), budget_cents=I32(-1),
-        sub_env=_full(ms, -1), protected=_full(8, -1),
+        ret_order=I32(-1),
+        ret_line=I32(-1),
+        ret_reason=I32(-1),
+        ret_method=I32(-1),
+        ret_replace=jnp.bool_(False),
+        ret_witness=I32(-1),
+        status_order=I32(-1),
+        status_indirect=jnp.bool_(False),
+        pol_topic=I32(-1),
+        pol_rule=I32(-1),
+        pol_context=_full(N_POLICY_FIELDS, 0.0, F32),
+        pol_answer=F32(0.0),
+        bundle_cats=_full(C.MAX_BUNDLE_SLOTS, -1),
+        budget_cents=I32(-1),
+        sub_env=_full(ms, -1),
+        protected=_full(8, -1),
     )
 
 
@@ -154,8 +181,12 @@ class AnswerFields:
 
 def empty_answer_fields(lead: tuple[int, ...] = ()) -> AnswerFields:
     return AnswerFields(
-        env=_full(lead, -1), rec=_full((*lead, C.MAX_ANSWER_IDS), -1), order=_full(lead, -1),
-        line=_full(lead, -1), status=_full(lead, -1), policy_value=_full(lead, 0.0, F32),
+        env=_full(lead, -1),
+        rec=_full((*lead, C.MAX_ANSWER_IDS), -1),
+        order=_full(lead, -1),
+        line=_full(lead, -1),
+        status=_full(lead, -1),
+        policy_value=_full(lead, 0.0, F32),
         policy_ok=_full(lead, False, bool),
     )
 
@@ -170,7 +201,9 @@ class Answer:
 
 def empty_answer() -> Answer:
     return Answer(
-        present=jnp.bool_(False), done=jnp.bool_(True), main=empty_answer_fields(),
+        present=jnp.bool_(False),
+        done=jnp.bool_(True),
+        main=empty_answer_fields(),
         sub=empty_answer_fields((C.MAX_SUBGOALS,)),
     )
 
@@ -204,15 +237,25 @@ class Action:
 def empty_action(embed_dim: int = C.EMBED_DIM) -> Action:
     b = C.MAX_TOOL_CALLS
     return Action(
-        malformed=jnp.bool_(False), has_message=jnp.bool_(False),
-        present=_full(C.MAX_PRESENTED, -1), tool=_full(b, C.Tool.NONE),
-        bad_args=_full(b, False, bool), product=_full(b, -1), variant=_full(b, -1),
-        line=_full(b, -1), order=_full(b, -1), qty=_full(b, 1), enum_a=_full(b, 0),
-        enum_b=_full(b, -1), flag=_full(b, False, bool), has_query=_full(b, False, bool),
+        malformed=jnp.bool_(False),
+        has_message=jnp.bool_(False),
+        present=_full(C.MAX_PRESENTED, -1),
+        tool=_full(b, C.Tool.NONE),
+        bad_args=_full(b, False, bool),
+        product=_full(b, -1),
+        variant=_full(b, -1),
+        line=_full(b, -1),
+        order=_full(b, -1),
+        qty=_full(b, 1),
+        enum_a=_full(b, 0),
+        enum_b=_full(b, -1),
+        flag=_full(b, False, bool),
+        has_query=_full(b, False, bool),
         query_emb=_full((b, embed_dim), 0.0, F32),
         filter_disc=_full((b, C.N_DISC_FILTERS), -1),
         filter_num=_full((b, C.N_NUM_FILTERS), jnp.nan, F32),
-        slots=_full((b, C.N_SLOTS), False, bool), answer=empty_answer(),
+        slots=_full((b, C.N_SLOTS), False, bool),
+        answer=empty_answer(),
     )
 
 
@@ -250,9 +293,16 @@ class ToolResults:
 def empty_results() -> ToolResults:
     b, r, v = C.MAX_TOOL_CALLS, C.MAX_SEARCH_RESULTS, C.MAX_VARIANTS
     return ToolResults(
-        tool=_full(b, 0), error=_full(b, 0), count=_full(b, 0), total=_full(b, 0),
-        ids=_full((b, r), -1), var=_full((b, r), -1), qty=_full((b, r), 0),
-        aux=_full((b, r), 0), score=_full((b, r), 0.0, F32), var_attr=_full((b, v), -1),
+        tool=_full(b, 0),
+        error=_full(b, 0),
+        count=_full(b, 0),
+        total=_full(b, 0),
+        ids=_full((b, r), -1),
+        var=_full((b, r), -1),
+        qty=_full((b, r), 0),
+        aux=_full((b, r), 0),
+        score=_full((b, r), 0.0, F32),
+        var_attr=_full((b, v), -1),
         var_value=_full((b, v), 0.0, F32),
     )
 
@@ -284,13 +334,22 @@ class UserAct:
 def empty_user_act() -> UserAct:
     mi, mp = C.MAX_ITEMS, C.MAX_PRESENTED
     return UserAct(
-        acts=_full(C.N_ACTS, False, bool), user_caused=jnp.bool_(False),
-        item_valid=_full(mi, False, bool), item_desc_form=_full(mi, 0),
-        item_desc_key=_full(mi, -1), item_qty=_full(mi, -1), item_var_attr=_full(mi, -1),
-        item_var_value=_full(mi, 0.0, F32), item_var_nopref=_full(mi, False, bool),
-        item_update=_full(mi, False, bool), item_issue=_full(mi, 0),
-        item_confirm=_full(mi, False, bool), cart_confirm=jnp.bool_(False),
-        extra_form=_full(mp, 0), extra_key=_full(mp, -1), extra_kind=_full(mp, 0),
+        acts=_full(C.N_ACTS, False, bool),
+        user_caused=jnp.bool_(False),
+        item_valid=_full(mi, False, bool),
+        item_desc_form=_full(mi, 0),
+        item_desc_key=_full(mi, -1),
+        item_qty=_full(mi, -1),
+        item_var_attr=_full(mi, -1),
+        item_var_value=_full(mi, 0.0, F32),
+        item_var_nopref=_full(mi, False, bool),
+        item_update=_full(mi, False, bool),
+        item_issue=_full(mi, 0),
+        item_confirm=_full(mi, False, bool),
+        cart_confirm=jnp.bool_(False),
+        extra_form=_full(mp, 0),
+        extra_key=_full(mp, -1),
+        extra_kind=_full(mp, 0),
         slot_status=_full(C.N_SLOTS, 0),
     )
 
@@ -309,8 +368,13 @@ class RewardInfo:
 def zero_reward() -> RewardInfo:
     z = F32(0.0)
     return RewardInfo(
-        r_total=z, r_task=z, r_eff=z, r_hall=z, is_correct=jnp.bool_(False),
-        hard_fail=I32(0), f1=z,
+        r_total=z,
+        r_task=z,
+        r_eff=z,
+        r_hall=z,
+        is_correct=jnp.bool_(False),
+        hard_fail=I32(0),
+        f1=z,
     )
 
 

@@ -19,15 +19,26 @@ I32 = jnp.int32
 def init_world(n_products: int) -> World:
     mc, mr, mu = C.MAX_CART_LINES, C.MAX_RETURNS, C.MAX_USED_IDS
     return World(
-        cart_pid=jnp.full(mc, -1, I32), cart_var=jnp.full(mc, -1, I32),
-        cart_qty=jnp.zeros(mc, I32), cart_no=jnp.zeros(mc, I32), lines_created=I32(0),
-        oos=jnp.zeros(n_products, bool), seen=jnp.zeros(n_products, bool),
-        used=jnp.full(mu, -1, I32), used_hall=jnp.zeros(mu, bool),
-        used_by_tool=jnp.zeros(mu, bool), n_used=I32(0), n_searches=I32(0),
-        ret_order=jnp.full(mr, -1, I32), ret_line=jnp.full(mr, -1, I32),
-        ret_reason=jnp.full(mr, -1, I32), ret_method=jnp.full(mr, -1, I32),
-        ret_active=jnp.zeros(mr, bool), exch_pid=jnp.full(mr, -1, I32),
-        exch_var=jnp.full(mr, -1, I32), n_returns=I32(0),
+        cart_pid=jnp.full(mc, -1, I32),
+        cart_var=jnp.full(mc, -1, I32),
+        cart_qty=jnp.zeros(mc, I32),
+        cart_no=jnp.zeros(mc, I32),
+        lines_created=I32(0),
+        oos=jnp.zeros(n_products, bool),
+        seen=jnp.zeros(n_products, bool),
+        used=jnp.full(mu, -1, I32),
+        used_hall=jnp.zeros(mu, bool),
+        used_by_tool=jnp.zeros(mu, bool),
+        n_used=I32(0),
+        n_searches=I32(0),
+        ret_order=jnp.full(mr, -1, I32),
+        ret_line=jnp.full(mr, -1, I32),
+        ret_reason=jnp.full(mr, -1, I32),
+        ret_method=jnp.full(mr, -1, I32),
+        ret_active=jnp.zeros(mr, bool),
+        exch_pid=jnp.full(mr, -1, I32),
+        exch_var=jnp.full(mr, -1, I32),
+        n_returns=I32(0),
     )
 
 

@@ -24,7 +24,11 @@ def _line_slot(world: World, line: jax.Array) -> jax.Array:
 
 
 def cart_add(
-    catalog: Catalog, problem: Problem, world: World, pid: jax.Array, var: jax.Array,
+    catalog: Catalog,
+    problem: Problem,
+    world: World,
+    pid: jax.Array,
+    var: jax.Array,
     qty: jax.Array,
 ) -> tuple[World, jax.Array]:
     known = is_known(catalog, pid)
@@ -34,8 +38,7 @@ def cart_add(
     empty = _first(world.cart_no == 0)
     err = jnp.select(
         [~known, ~var_ok, free == 0, free < qty, (existing < 0) & (empty < 0)],
-        [E.UNKNOWN_PRODUCT, E.UNKNOWN_VARIANT, E.OUT_OF_STOCK, E.INSUFFICIENT_STOCK,
-         E.CART_FULL],
+        [E.UNKNOWN_PRODUCT, E.UNKNOWN_VARIANT, E.OUT_OF_STOCK, E.INSUFFICIENT_STOCK, E.CART_FULL],
         E.NONE,
     ).astype(I32)
     ok = err == E.NONE
@@ -65,7 +68,8 @@ def cart_set_quantity(
     cur = world.cart_qty[s]
     free = stock_qty(catalog, problem, world, world.cart_pid[s], world.cart_var[s])
     err = jnp.select(
-        [slot < 0, (qty > cur) & (free < qty - cur)], [E.UNKNOWN_LINE, E.INSUFFICIENT_STOCK],
+        [slot < 0, (qty > cur) & (free < qty - cur)],
+        [E.UNKNOWN_LINE, E.INSUFFICIENT_STOCK],
         E.NONE,
     ).astype(I32)
     ok = err == E.NONE

@@ -35,9 +35,17 @@ V = C.MAX_VARIANTS
 
 # Tools whose rows are products the agent now has seen (SPEC §7, Seen).
 PRODUCT_ROW_TOOLS = (
-    T.CATALOG_SEARCH, T.CATALOG_RERANK, T.CATALOG_GET_PRODUCT, T.CATALOG_GET_VARIANTS,
-    T.CART_VIEW, T.CART_ADD, T.CART_REMOVE, T.CART_SET_QUANTITY, T.ORDER_LIST,
-    T.ORDER_GET_STATUS, T.USER_GET_VISIT_HISTORY,
+    T.CATALOG_SEARCH,
+    T.CATALOG_RERANK,
+    T.CATALOG_GET_PRODUCT,
+    T.CATALOG_GET_VARIANTS,
+    T.CART_VIEW,
+    T.CART_ADD,
+    T.CART_REMOVE,
+    T.CART_SET_QUANTITY,
+    T.ORDER_LIST,
+    T.ORDER_GET_STATUS,
+    T.USER_GET_VISIT_HISTORY,
 )
 CART_TOOLS = (T.CART_VIEW, T.CART_ADD, T.CART_REMOVE, T.CART_SET_QUANTITY)
 
@@ -56,9 +64,12 @@ class TurnScratch:
 
 def empty_scratch() -> TurnScratch:
     return TurnScratch(
-        ask_any=jnp.bool_(False), ask_slots=jnp.zeros(C.N_SLOTS, bool),
-        ask_items=jnp.zeros(C.MAX_ITEMS, bool), ask_not_mine=jnp.bool_(False),
-        ask_subgoal=I32(-1), cart_changed=jnp.bool_(False),
+        ask_any=jnp.bool_(False),
+        ask_slots=jnp.zeros(C.N_SLOTS, bool),
+        ask_items=jnp.zeros(C.MAX_ITEMS, bool),
+        ask_not_mine=jnp.bool_(False),
+        ask_subgoal=I32(-1),
+        cart_changed=jnp.bool_(False),
     )
 
 
@@ -75,8 +86,9 @@ class Row:
     var_value: jax.Array
 
 
-def _row(error=0, count=0, total=0, ids=None, var=None, qty=None, aux=None, var_attr=None,
-         var_value=None) -> Row:
+def _row(
+    error=0, count=0, total=0, ids=None, var=None, qty=None, aux=None, var_attr=None, var_value=None
+) -> Row:
     def pad(x, fill, n=S, dtype=I32):
         if x is None:
             return jnp.full(n, fill, dtype)
@@ -84,10 +96,15 @@ def _row(error=0, count=0, total=0, ids=None, var=None, qty=None, aux=None, var_
         return jnp.concatenate([x, jnp.full(n - x.shape[0], fill, dtype)])
 
     return Row(
-        error=jnp.asarray(error, I32), count=jnp.asarray(count, I32),
-        total=jnp.asarray(total, I32), ids=pad(ids, -1), var=pad(var, -1), qty=pad(qty, 0),
-        aux=pad(aux, 0), var_attr=pad(var_attr, -1, V), var_value=pad(var_value, 0.0, V,
-                                                                      jnp.float32),
+        error=jnp.asarray(error, I32),
+        count=jnp.asarray(count, I32),
+        total=jnp.asarray(total, I32),
+        ids=pad(ids, -1),
+        var=pad(var, -1),
+        qty=pad(qty, 0),
+        aux=pad(aux, 0),
+        var_attr=pad(var_attr, -1, V),
+        var_value=pad(var_value, 0.0, V, jnp.float32),
     )
 
 
@@ -111,9 +128,15 @@ def _variants_row(catalog: Catalog, problem: Problem, world: World, pid: jax.Arr
     )
     qty = jax.vmap(lambda v: stock_qty(catalog, problem, world, pid, v))(j)
     return _row(
-        jnp.where(known, E.NONE, E.UNKNOWN_PRODUCT), nv, nv,
-        jnp.where(live, pid, -1), jnp.where(live, j, -1), jnp.where(live, qty, 0), None,
-        jnp.where(live, attr, -1), jnp.where(live, value, 0.0),
+        jnp.where(known, E.NONE, E.UNKNOWN_PRODUCT),
+        nv,
+        nv,
+        jnp.where(live, pid, -1),
+        jnp.where(live, j, -1),
+        jnp.where(live, qty, 0),
+        None,
+        jnp.where(live, attr, -1),
+        jnp.where(live, value, 0.0),
     )
 
 
@@ -152,7 +175,9 @@ def _run_call(catalog: Catalog, problem: Problem, search: SearchResults, carry, 
         T.CART_REMOVE: cart_row,
         T.CART_VIEW: cart_row,
         T.CATALOG_GET_PRODUCT: _row(
-            jnp.where(known, E.NONE, E.UNKNOWN_PRODUCT), known, known,
+            jnp.where(known, E.NONE, E.UNKNOWN_PRODUCT),
+            known,
+            known,
             jnp.where(known, pid, -1)[None],
             None,
             product_stock_qty(catalog, problem, world, safe(pid)[None]),
@@ -185,7 +210,9 @@ def _run_call(catalog: Catalog, problem: Problem, search: SearchResults, carry, 
         ask_slots=scratch.ask_slots | (is_ask & action.slots[i]),
         ask_items=scratch.ask_items | (is_ask & items),
         ask_not_mine=scratch.ask_not_mine | (is_ask & scoped & (item < 0)),
-        ask_subgoal=jnp.where(is_ask & (action.enum_b[i] >= 0), action.enum_b[i], scratch.ask_subgoal),
+        ask_subgoal=jnp.where(
+            is_ask & (action.enum_b[i] >= 0), action.enum_b[i], scratch.ask_subgoal
+        ),
         cart_changed=scratch.cart_changed | changed,
     )
     return (world_after, scratch, action), (tool, row)
@@ -215,7 +242,11 @@ def _pad_r(x: jax.Array, fill) -> jax.Array:
 
 
 def _assemble(
-    catalog: Catalog, problem: Problem, world: World, tools: jax.Array, rows: Row,
+    catalog: Catalog,
+    problem: Problem,
+    world: World,
+    tools: jax.Array,
+    rows: Row,
     search: SearchResults,
 ) -> ToolResults:
     is_search = (tools == T.CATALOG_SEARCH)[:, None]

@@ -33,7 +33,10 @@ def _sort_key(catalog: Catalog, idx: jax.Array, mode: jax.Array) -> jax.Array:
     """Higher is better. Sort keys are exact integers in float32."""
     return jnp.select(
         [mode == C.SortBy.PRICE_ASC, mode == C.SortBy.RATING_DESC],
-        [-catalog.price_cents[idx].astype(jnp.float32), catalog.rating_x100[idx].astype(jnp.float32)],
+        [
+            -catalog.price_cents[idx].astype(jnp.float32),
+            catalog.rating_x100[idx].astype(jnp.float32),
+        ],
         -catalog.ship_days[idx].astype(jnp.float32),
     )
 
@@ -49,43 +52,40 @@ def shown_score(catalog: Catalog, qvec: jax.Array, idx: jax.Array, mode: jax.Arr
     return jnp.where(mode == C.SortBy.RELEVANCE, cos, key).astype(jnp.float32)
 
 
-def _query_vector(catalog: Catalog, action: Action, similar: jax.Array) -> jax.Array:
-    ref = catalog.emb[safe(action.product)].astype(jnp.float32)
-    return jnp.where(similar[:, None], ref, action.query_emb.astype(jnp.float32))
-
-
 def _ranked_candidates(
-    catalog: Catalog, state: EpisodeState, action: Action, params: EnvParams
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Exact masked top-R for the turn's call slots: (ids [B, R], n_valid [B], qvec [B, D])."""
-    world, problem = state.world, state.problem
-    similar = action.product != -1
-    mode = jnp.where(similar, C.SortBy.RELEVANCE, action.enum_a)
-    qvec = _query_vector(catalog, action, similar)
-    # Product SKUs whose free stock is used up by the cart (at most one per cart line).
-    line_free = jnp.where(world.cart_var == -1, catalog.stock[safe(world.cart_pid)] - world.cart_qty, 1)
+    catalog: Catalog, state: EpisodeState, action: Action, slot: jax.Array, params: EnvParams
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Exact masked top-R for one call slot: (ids [R], n_valid, qvec [D], mode)."""
+    world = state.world
+    ref = action.product[slot]
+    similar = ref != -1
+    mode = jnp.where(similar, C.SortBy.RELEVANCE, action.enum_a[slot])
+    qvec = jnp.where(
+        similar,
+        catalog.emb[safe(ref)].astype(jnp.float32),
+        action.query_emb[slot].astype(jnp.float32),
+    )
+    # Product SKUs whose free stock the cart has used up (at most one per cart line).
+    line_free = jnp.where(
+        world.cart_var == -1, catalog.stock[safe(world.cart_pid)] - world.cart_qty, 1
+    )
     exhausted = jnp.where((world.cart_no > 0) & (line_free <= 0), world.cart_pid, -1)
-    queries = {
-        "qvec": qvec, "mode": mode, "ref": jnp.where(similar, action.product, -1),
-        "fd": action.filter_disc, "fn": action.filter_num, "stock": action.flag,
-    }
-    rows = {"emb": catalog.emb, "oos": world.oos}
-    del problem
+    fd, fn = action.filter_disc[slot], action.filter_num[slot]
+    in_stock_only = action.flag[slot]
 
     def score_fn(q, r, idx):
-        disc = disc_values(catalog, idx)
-        num = num_values_scaled(catalog, idx)
-        ok = jax.vmap(lambda fd, fn: filters_pass(disc, num, fd, fn))(q["fd"], q["fn"])
+        del q
+        ok = filters_pass(disc_values(catalog, idx), num_values_scaled(catalog, idx), fd, fn)
         in_stock = (catalog.stock[idx] > 0) & ~r["oos"] & ~(idx[:, None] == exhausted).any(-1)
-        ok &= ~q["stock"][:, None] | in_stock[None, :]
-        ok &= idx[None, :] != q["ref"][:, None]
-        cos = q["qvec"] @ r["emb"].astype(jnp.float32).T
-        keys = jax.vmap(lambda m: _sort_key(catalog, idx, m))(q["mode"])
-        s = jnp.where((q["mode"] == C.SortBy.RELEVANCE)[:, None], cos, keys)
-        return jnp.where(ok, s, NEG)
+        ok &= ~in_stock_only | in_stock
+        ok &= idx != ref
+        cos = r["emb"].astype(jnp.float32) @ qvec
+        s = jnp.where(mode == C.SortBy.RELEVANCE, cos, _sort_key(catalog, idx, mode))
+        return jnp.where(ok, s, NEG)[None, :]
 
-    top = masked_topk(score_fn, rows, queries, catalog.n_products, R, params.search_chunk)
-    return top.indices, top.n_valid, qvec
+    rows = {"emb": catalog.emb, "oos": world.oos}
+    top = masked_topk(score_fn, rows, jnp.zeros((1,)), catalog.n_products, R, params.search_chunk)
+    return top.indices[0], top.n_valid[0], qvec, mode
 
 
 def _mix_distractors(
@@ -114,7 +114,9 @@ def _mix_distractors(
     pick = jnp.where(ok.any(-1), cand[slots, jnp.argmax(ok, -1)], -1)
     pick = jnp.where(is_dist, pick, -1)
     # Drop a distractor that repeats an earlier one.
-    earlier = (pick[None, :] == pick[:, None]) & (slots[None, :] < slots[:, None]) & is_dist[None, :]
+    earlier = (
+        (pick[None, :] == pick[:, None]) & (slots[None, :] < slots[:, None]) & is_dist[None, :]
+    )
     pick = jnp.where(earlier.any(-1), -1, pick)
     true_at = true_ids[jnp.clip(t_before, 0, R - 1)]
     out = jnp.where(is_dist, pick, jnp.where(slots < total, true_at, -1))
@@ -124,33 +126,90 @@ def _mix_distractors(
     return out, is_dist[order] & (slots < keep.sum())
 
 
-def resolve_searches(
-    catalog: Catalog, state: EpisodeState, action: Action, params: EnvParams
+def resolve_slot(
+    catalog: Catalog, state: EpisodeState, action: Action, slot: jax.Array, params: EnvParams
 ) -> SearchResults:
-    """Resolves every catalog_search slot of one episode's action (vmap over episodes).
-
-    Draws come from the episode key's SEARCH stream folded by the search-call counter."""
+    """One catalog_search call slot, as a SearchResults row without the slot axis."""
     is_search = action.tool == C.Tool.CATALOG_SEARCH
-    counter = state.world.n_searches + jnp.cumsum(is_search) - is_search
-    similar = action.product != -1
-    bad_ref = similar & ~is_known(catalog, action.product)
-    ids, n_valid, qvec = _ranked_candidates(catalog, state, action, params)
+    counter = state.world.n_searches + jnp.cumsum(is_search)[slot] - 1
+    ref = action.product[slot]
+    bad_ref = (ref != -1) & ~is_known(catalog, ref)
+    ids, n_valid, qvec, mode = _ranked_candidates(catalog, state, action, slot, params)
     diff = D.difficulty(state.problem.d, params.overrides)
-    n = jnp.minimum(jnp.clip(action.qty, 1, 500), diff.top_k)
+    n = jnp.minimum(jnp.clip(action.qty[slot], 1, 500), diff.top_k)
     n_dist = jnp.round(diff.eps_rank * n).astype(jnp.int32)
     n_true = jnp.minimum(n_valid, n - n_dist)
-    skey = jax.random.fold_in(state.key, C.STREAM["SEARCH"])
-    mixed, _ = jax.vmap(
-        lambda c, t, nt, nd: _mix_distractors(jax.random.fold_in(skey, c), catalog, t, nt, nd)
-    )(counter, ids, n_true, n_dist)
-    live = is_search & ~bad_ref
-    mixed = jnp.where(live[:, None], mixed, -1)
-    mode = jnp.where(similar, C.SortBy.RELEVANCE, action.enum_a)
-    score = jax.vmap(lambda q, i, m: shown_score(catalog, q, safe(i), m))(qvec, mixed, mode)
+    skey = jax.random.fold_in(jax.random.fold_in(state.key, C.STREAM["SEARCH"]), counter)
+    mixed, _ = _mix_distractors(skey, catalog, ids, n_true, n_dist)
+    live = is_search[slot] & ~bad_ref
+    mixed = jnp.where(live, mixed, -1)
+    score = shown_score(catalog, qvec, safe(mixed), mode)
     return SearchResults(
         ids=mixed,
         score=jnp.where(mixed >= 0, score, 0.0),
         total=jnp.where(live, n_valid, 0),
-        top_k=jnp.where(is_search, n, 0),
-        error=jnp.where(is_search & bad_ref, C.ToolError.UNKNOWN_PRODUCT, 0).astype(jnp.int32),
+        top_k=jnp.where(is_search[slot], n, 0),
+        error=jnp.where(is_search[slot] & bad_ref, C.ToolError.UNKNOWN_PRODUCT, 0).astype(
+            jnp.int32
+        ),
     )
+
+
+def resolve_searches(
+    catalog: Catalog, state: EpisodeState, action: Action, params: EnvParams
+) -> SearchResults:
+    """Every call slot of one episode's action (vmap over episodes).
+
+    Draws come from the episode key's SEARCH stream folded by the search-call counter."""
+    slots = jnp.arange(C.MAX_TOOL_CALLS)
+    return jax.vmap(resolve_slot, (None, None, None, 0, None))(
+        catalog, state, action, slots, params
+    )
+
+
+def no_search(batch: tuple[int, ...] = ()) -> SearchResults:
+    b, r = C.MAX_TOOL_CALLS, C.MAX_SEARCH_RESULTS
+    z = lambda *s: jnp.zeros((*batch, *s), jnp.int32)
+    return SearchResults(
+        ids=jnp.full((*batch, b, r), -1, jnp.int32),
+        score=jnp.zeros((*batch, b, r), jnp.float32),
+        total=z(b),
+        top_k=z(b),
+        error=z(b),
+    )
+
+
+def resolve_batch(
+    catalog: Catalog,
+    states: EpisodeState,
+    actions: Action,
+    params: EnvParams,
+    live: jax.Array,
+    chunk: int = 256,
+) -> SearchResults:
+    """The retrieval stage for a batch: only the search calls of live episodes are scored.
+
+    Search slots are compacted and resolved ``chunk`` at a time, so the cost follows the
+    number of searches, not batch x call slots. Results equal ``resolve_searches``."""
+    b = live.shape[0]
+    nb = b * C.MAX_TOOL_CALLS
+    flat = ((actions.tool == C.Tool.CATALOG_SEARCH) & live[:, None]).reshape(-1)
+    n_q = flat.sum()
+    n_pad = -(-nb // chunk) * chunk
+    order = jnp.pad(jnp.argsort(~flat, stable=True).astype(jnp.int32), (0, n_pad - nb))
+    out = jax.tree_util.tree_map(lambda x: x.reshape(nb, *x.shape[2:]), no_search((b,)))
+
+    def body(carry):
+        i, out = carry
+        idx = jax.lax.dynamic_slice(order, (i * chunk,), (chunk,))
+        ep, slot = idx // C.MAX_TOOL_CALLS, idx % C.MAX_TOOL_CALLS
+        st = jax.tree_util.tree_map(lambda x: x[ep], states)
+        ac = jax.tree_util.tree_map(lambda x: x[ep], actions)
+        res = jax.vmap(resolve_slot, (None, 0, 0, 0, None))(catalog, st, ac, slot, params)
+        valid = i * chunk + jnp.arange(chunk) < n_q
+        dest = jnp.where(valid, idx, nb)
+        out = jax.tree_util.tree_map(lambda o, r: o.at[dest].set(r, mode="drop"), out, res)
+        return i + 1, out
+
+    _, out = jax.lax.while_loop(lambda c: c[0] * chunk < n_q, body, (jnp.int32(0), out))
+    return jax.tree_util.tree_map(lambda x: x.reshape(b, C.MAX_TOOL_CALLS, *x.shape[1:]), out)

@@ -13,7 +13,7 @@ from ecomjax.tools.execute import TurnScratch
 from ecomjax.types import Dialogue, Problem, World
 from ecomjax.world import cart_fingerprint
 
-I = C.CartIssue
+CI = C.CartIssue
 MP = C.MAX_PRESENTED
 
 
@@ -43,7 +43,11 @@ def _compact(values: jax.Array, keep: jax.Array, size: int) -> jax.Array:
 
 
 def cart_feedback(
-    problem: Problem, world: World, dlg: Dialogue, scratch: TurnScratch, present: jax.Array,
+    problem: Problem,
+    world: World,
+    dlg: Dialogue,
+    scratch: TurnScratch,
+    present: jax.Array,
     shocked_items: jax.Array,
 ) -> CartFeedback:
     valid = problem.item_pid >= 0
@@ -60,10 +64,10 @@ def cart_feedback(
             correct_units < req,
             correct_units > req,
         ],
-        [I.WRONG_VARIANT, I.MISSING, I.QTY_LOW, I.QTY_HIGH],
-        I.NONE,
+        [CI.WRONG_VARIANT, CI.MISSING, CI.QTY_LOW, CI.QTY_HIGH],
+        CI.NONE,
     ).astype(jnp.int32)
-    issue = jnp.where(valid, issue, I.NONE)
+    issue = jnp.where(valid, issue, CI.NONE)
     line_live = world.cart_no > 0
     is_target = (world.cart_pid[:, None] == problem.item_pid[None, :]).any(-1)
     line_extra = line_live & ~is_target
@@ -74,7 +78,7 @@ def cart_feedback(
         jnp.arange(MP)[None, :] < jnp.arange(MP)[:, None]
     )
     extra_line_pid = _compact(extra_line_pid, ~dup.any(-1) & (extra_line_pid >= 0), MP)
-    exact = (issue == I.NONE).all() & ~line_extra.any()
+    exact = (issue == CI.NONE).all() & ~line_extra.any()
     fp = cart_fingerprint(world)
     fp_new = ~(dlg.confirmed_fp == fp).any()
     cart_turn = scratch.cart_changed
@@ -91,7 +95,7 @@ def cart_feedback(
     extra_pid = jnp.where(cart_correct, extra_line_pid, not_mine_pid)
     extra_kind = jnp.where(extra_pid >= 0, jnp.where(cart_correct, 1, 2), 0)
     correct = cart_correct | not_mine.any()
-    item_issue = jnp.where(cart_correct, issue, I.NONE)
+    item_issue = jnp.where(cart_correct, issue, CI.NONE)
     confirm = cart_confirm | new_items.any()
     confirm_new = (cart_confirm & fp_new) | new_items.any()
     slot = jnp.minimum(dlg.n_confirmed, dlg.confirmed_fp.shape[0] - 1)
@@ -107,8 +111,8 @@ def cart_feedback(
         item_issue=item_issue,
         extra_pid=extra_pid,
         extra_kind=extra_kind,
-        reveal_var=item_issue == I.WRONG_VARIANT,
-        reveal_qty=(item_issue == I.QTY_LOW) | (item_issue == I.QTY_HIGH) | update,
+        reveal_var=item_issue == CI.WRONG_VARIANT,
+        reveal_qty=(item_issue == CI.QTY_LOW) | (item_issue == CI.QTY_HIGH) | update,
         presented=dlg.presented | new_items,
         confirmed_fp=jnp.where(record, dlg.confirmed_fp.at[slot].set(fp), dlg.confirmed_fp),
         n_confirmed=dlg.n_confirmed + record.astype(jnp.int32),

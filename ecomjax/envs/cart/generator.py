@@ -86,7 +86,8 @@ def generate(key: jax.Array, catalog: Catalog, d: jax.Array, params: EnvParams) 
     p = jnp.maximum(pid, 0)
     form = jnp.where(valid, catalog.desc_form[p].astype(jnp.int32), 0)
     desc_key = jnp.where(
-        valid, jnp.take_along_axis(catalog.desc_key[p], jnp.maximum(form - 1, 0)[:, None], 1)[:, 0],
+        valid,
+        jnp.take_along_axis(catalog.desc_key[p], jnp.maximum(form - 1, 0)[:, None], 1)[:, 0],
         -1,
     )
     items = jnp.arange(MI)

@@ -13,7 +13,13 @@ from ecomjax.catalog.types import Catalog
 A = C.Attr
 # Candidate attributes in the fallback order of §8.3.
 CANDIDATES: tuple[C.Attr, ...] = (
-    A.COLOR, A.SIZE, A.MATERIAL, A.CONNECTOR_TYPE, A.WATTAGE, A.ITEM_FORM, A.FINISH_TYPE,
+    A.COLOR,
+    A.SIZE,
+    A.MATERIAL,
+    A.CONNECTOR_TYPE,
+    A.WATTAGE,
+    A.ITEM_FORM,
+    A.FINISH_TYPE,
     A.SKIN_TYPE,
 )
 _LIGHT = (A.COLOR, A.SIZE, A.MATERIAL)  # weight 1.0 when present, else 3.0
