@@ -34,7 +34,7 @@ from ecomjax.types import (
     empty_results,
     zero_reward,
 )
-from ecomjax.world import init_world, record_use, safe
+from ecomjax.world import init_world, record_uses, safe
 
 TM = C.Termination
 HF = C.HardFail
@@ -159,12 +159,7 @@ def _safety_violation(catalog: Catalog, state: EpisodeState) -> jax.Array:
 
 def _store_answer(dlg: Dialogue, world, action: Action):
     ans = action.answer
-    ids = answer_ids(ans)
-
-    def use(w, pid):
-        return record_use(w, pid, jnp.bool_(False), ans.present & (pid != -1)), None
-
-    world, _ = jax.lax.scan(use, world, ids)
+    world = record_uses(world, answer_ids(ans), ans.present)
     dlg = dlg.replace(
         answer=jax.tree_util.tree_map(lambda n, o: jnp.where(ans.present, n, o), ans, dlg.answer),
         has_answer=dlg.has_answer | ans.present,

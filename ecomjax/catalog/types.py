@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import jax
-import jax.numpy as jnp
 from flax import struct
 
 
@@ -83,7 +82,9 @@ class CatalogTables:
     adjectives: list[str] = field(default_factory=list)
     nouns: list[str] = field(default_factory=list)
     vocab: dict[int, list[str]] = field(default_factory=dict)  # Attr -> discrete values
+    # Real catalogs only (None for synthetic, whose text is rebuilt from codes).
+    descs: list[str] | None = None
+    features: list[list[str]] | None = None
 
     def product_id(self, i: int) -> str:
         return self.product_ids[i] if self.product_ids is not None else f"syn_{i:06d}"
-

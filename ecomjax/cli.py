@@ -1,0 +1,94 @@
+"""The ``ecomjax`` command: ``ecomjax run`` plays curriculum rounds on the synthetic catalog."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ecomjax import constants as C
+
+
+def _table(result) -> str:
+    from ecomjax.runner import COLUMNS
+
+    head = f"{'task':<8}{'d':>3}{'episodes':>10}" + "".join(f"{c:>10}" for c in COLUMNS)
+    lines = [head, "-" * len(head)]
+    for task, st in result.per_task.items():
+        for d in sorted(st.n):
+            n = st.n[d]
+            means = st.sums[d] / max(n, 1)
+            lines.append(f"{task:<8}{d:>3}{n:>10}" + "".join(f"{m:>10.3f}" for m in means))
+        lo, hi = result.curriculum[task]
+        lines.append(f"{task:<8} curriculum window [{lo}, {hi}]")
+    lines.append(
+        f"episodes {result.episodes}  episodes/s {result.episodes_per_s:,.0f}  "
+        f"env-steps/s {result.env_steps / max(result.seconds, 1e-9):,.0f}  "
+        f"compile {result.compile_s:.1f}s  steady {result.seconds:.2f}s"
+    )
+    return "\n".join(lines)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ecomjax.runner import RunConfig, run
+
+    cfg = RunConfig(
+        tasks=args.tasks,
+        agent=args.agent,
+        batch=args.batch,
+        rounds=args.rounds,
+        difficulty=args.difficulty,
+        catalog_size=args.catalog_size,
+        seed=args.seed,
+        convention=args.convention,
+    )
+    bar = tqdm(
+        total=cfg.rounds, desc="rounds", file=sys.stderr, disable=args.json and not args.progress
+    )
+
+    def progress(rnd, window):
+        bar.update(1)
+        bar.set_postfix({t: f"[{lo},{hi}]" for t, (lo, hi) in window.items()})
+
+    try:
+        result = run(cfg, progress)
+    except (KeyError, ValueError) as exc:
+        bar.close()
+        print(f"ecomjax run: {exc}", file=sys.stderr)
+        return 2
+    bar.close()
+    print(_table(result))
+    if args.json:
+        print(json.dumps(result.summary()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ecomjax", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="curriculum rounds of B parallel episodes")
+    run.add_argument(
+        "--tasks", default="C1", help="a collection (C1, C2, C4, C8) or a list: CART,SUB"
+    )
+    run.add_argument("--agent", default="oracle", choices=["oracle", "random", "silent"])
+    run.add_argument("--batch", type=int, default=4096, help="episodes per round")
+    run.add_argument("--rounds", type=int, default=10)
+    run.add_argument("--difficulty", type=int, default=None, help=f"fixed d in 0..{C.D_MAX}")
+    run.add_argument("--catalog-size", type=int, default=1000)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--convention", default="default", choices=["default", "rlve"])
+    run.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+    run.add_argument("--progress", action="store_true", help="show the progress bar with --json")
+    run.set_defaults(func=_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,486 @@
+"""CART against SPEC §13: invariants 1-5, 7-9 and 11-13 over sweeps of d = 0..20.
+
+Batches keep one shape (B = 2100, 100 episodes per d) so each agent compiles once.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ecomjax import constants as C
+from ecomjax.actions import Call, make_action
+from ecomjax.agents import AGENTS, empty_cart_agent
+from ecomjax.core import reset, step
+from ecomjax.envs.cart.generator import generate
+from ecomjax.registry import family
+from ecomjax.rollout import run_batch_jit
+from ecomjax.testing import api_test, play_single, tree_equal
+from ecomjax.types import EnvParams
+
+T = C.Tool
+S = C.Slot
+TM = C.Termination
+HF = C.HardFail
+B = 2100  # 100 episodes at each d in 0..20
+D = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
+
+
+def keys_for(seed: int) -> jax.Array:
+    return jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(jnp.arange(B))
+
+
+def play(catalog, agent, seed=0, params=EnvParams()):
+    return run_batch_jit(catalog, keys_for(seed), D, generate, agent, params)
+
+
+# --- invariant 2 (solvability) and 1 (ranges) -----------------------------------------------
+
+
+@pytest.mark.parametrize("seeds", [range(5), pytest.param(range(5, 25), marks=pytest.mark.slow)])
+def test_oracle_reaches_is_correct(catalog, seeds):
+    """10,500 episodes by default (42,000 with --runslow), 500+ at every d."""
+    n = correct = 0
+    for seed in seeds:
+        res = play(catalog, AGENTS["oracle"], seed)
+        r = res.state.reward
+        ok = np.asarray(r.is_correct)
+        n += ok.size
+        correct += int(ok.sum())
+        bad = np.flatnonzero(~ok)
+        assert bad.size == 0, (
+            f"seed {seed}: oracle failed at d={np.asarray(D)[bad][:10]}, termination="
+            f"{np.asarray(res.state.dialogue.termination)[bad][:10]}"
+        )
+        assert np.all(np.asarray(res.state.dialogue.termination) == TM.AGENT_DONE)
+        assert np.all(np.asarray(res.state.dialogue.turn) <= np.asarray(res.state.problem.t_max))
+    print(f"oracle IsCorrect {correct}/{n} = {correct / n:.4%}")
+    assert correct / n >= 0.99
+
+
+def _check_ranges(r):
+    r_total, r_task = np.asarray(r.r_total), np.asarray(r.r_task)
+    r_eff, r_hall = np.asarray(r.r_eff), np.asarray(r.r_hall)
+    hard = np.asarray(r.hard_fail) != 0
+    assert np.all(np.abs(r_total) <= 1 + 1e-6) and np.all(np.abs(r_task) <= 1 + 1e-6)
+    assert np.all(np.abs(r_eff) <= 1 + 1e-6)
+    assert np.all((r_hall <= 0) & (r_hall >= -1))
+    recomposed = np.clip(0.75 * r_task + 0.15 * r_eff + 0.10 * r_hall, -1, 1)
+    np.testing.assert_allclose(np.where(hard, -1.0, recomposed), r_total, atol=1e-6)
+    assert not np.any(np.asarray(r.is_correct) & hard)
+
+
+def test_ranges_and_recomposition(catalog):
+    for name in ("oracle", "random", "silent"):
+        _check_ranges(play(catalog, AGENTS[name], seed=101).state.reward)
+
+
+# --- invariant 5 (do-nothing agents) ----------------------------------------------------------
+
+
+def test_silent_agent_scores_exactly_minus_090(catalog):
+    res = play(catalog, AGENTS["silent"], seed=7)
+    r = res.state.reward
+    np.testing.assert_allclose(np.asarray(r.r_total), -0.90, atol=1e-6)
+    assert not np.any(np.asarray(r.is_correct))
+    assert np.all(np.asarray(res.state.dialogue.termination) == TM.T_MAX)
+
+
+def test_immediate_done_with_empty_cart_scores_minus_060(catalog):
+    r = play(catalog, empty_cart_agent, seed=8).state.reward
+    np.testing.assert_allclose(np.asarray(r.r_total), -0.60, atol=1e-6)
+    assert not np.any(np.asarray(r.is_correct))
+
+
+# --- invariant 6 (random agent) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seeds", [range(1), pytest.param(range(1, 5), marks=pytest.mark.slow)])
+def test_random_agent_stays_within_bounds(catalog, seeds):
+    d = np.asarray(D)
+    rnd_ok, rnd_r, orc_r = [], [], []
+    for seed in seeds:
+        rnd = play(catalog, AGENTS["random"], seed=200 + seed).state.reward
+        orc = play(catalog, AGENTS["oracle"], seed=200 + seed).state.reward
+        rnd_ok.append(np.asarray(rnd.is_correct))
+        rnd_r.append(np.asarray(rnd.r_total))
+        orc_r.append(np.asarray(orc.r_total))
+    rnd_ok, rnd_r, orc_r = map(np.concatenate, (rnd_ok, rnd_r, orc_r))
+    d = np.tile(d, len(seeds))
+    for level in range(C.D_MAX + 1):
+        sel = d == level
+        rate = rnd_ok[sel].mean()
+        assert rate <= (0.25 if level < 4 else 0.10), (level, rate)
+        assert rnd_r[sel].mean() <= orc_r[sel].mean() - 0.5, (level, rnd_r[sel].mean())
+
+
+# --- invariant 3 (targets) ----------------------------------------------------------------------
+
+
+def test_targets_are_in_stock_unique_and_well_described(catalog, params):
+    keys = keys_for(3)
+    prob = jax.jit(jax.vmap(generate, (0, None, 0, None)), static_argnums=3)(
+        keys, catalog, D, params
+    )
+    pid, qty = np.asarray(prob.item_pid), np.asarray(prob.item_qty)
+    valid = pid >= 0
+    n_items = np.minimum(5, 1 + np.asarray(D) // 3)
+    assert np.array_equal(valid.sum(1), n_items)
+    stock = np.asarray(catalog.stock)[np.maximum(pid, 0)]
+    assert np.all(stock[valid] >= qty[valid]) and np.all(qty[valid] >= 1)
+    for row in pid:
+        live = row[row >= 0]
+        assert len(set(live.tolist())) == live.size
+    # The identifying description matches exactly one product of the catalog.
+    keys_all = np.asarray(catalog.desc_key)
+    form = np.asarray(prob.item_desc_form)
+    dk = np.asarray(prob.item_desc_key)
+    assert np.all(form[valid] >= 1)
+    for f in (1, 2, 3):
+        col = keys_all[:, f - 1]
+        uniq, counts = np.unique(col, return_counts=True)
+        lookup = dict(zip(uniq.tolist(), counts.tolist(), strict=True))
+        sel = valid & (form == f)
+        assert all(lookup[k] == 1 for k in dk[sel].tolist())
+    # Exactly one of the three synthesized variants carries the required value.
+    req = np.asarray(prob.item_var_req)
+    vals = np.asarray(prob.item_var_vals)
+    tgt = np.asarray(prob.item_var_target)
+    for b, i in zip(*np.nonzero(req), strict=True):
+        v = vals[b, i]
+        assert len(set(v.tolist())) == 3
+        assert 0 <= tgt[b, i] < 3
+
+
+# --- invariant 4 (determinism) --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("agent", ["oracle", "random"])
+def test_same_key_replays_and_vmap_equals_single_runs(catalog, params, agent):
+    # n = B shares the compiled batch with the sweeps above.
+    api_test(family("CART"), catalog, params, agent=agent, n=B)
+
+
+def test_jitted_equals_unjitted_one_turn(catalog, params):
+    """Generation, reset and one oracle turn (retrieval stage resolved as empty), op by op
+    versus compiled."""
+    from ecomjax.tools.search import no_search
+
+    key = jax.random.key(12)
+    agent = AGENTS["oracle"]
+
+    def run():
+        problem = generate(key, catalog, jnp.int32(6), params)
+        state, ts = reset(key, catalog, problem, params)
+        memory = agent.init(key, ts.observation, catalog)
+        _, action = agent.act(key, memory, ts.observation, catalog)
+        return step(catalog, state, action, params, no_search())
+
+    compiled = jax.jit(run)()
+    with jax.disable_jit():
+        plain = run()
+    assert tree_equal(compiled, plain)
+
+
+@pytest.mark.slow
+def test_jitted_equals_unjitted(catalog, params):
+    """Two turns of the oracle at d = 0, op by op versus compiled, retrieval included."""
+    key = jax.random.key(11)
+    args = (catalog, key, 0, family("CART"), AGENTS["oracle"], params)
+    jitted = play_single(*args, max_turns=2, jit=True)
+    with jax.disable_jit():
+        plain = play_single(*args, max_turns=2, jit=False)
+    assert tree_equal(jitted, plain)
+
+
+def test_no_retrace_when_d_varies(catalog, params):
+    import chex
+
+    action = make_action([Call(T.USER_GET_VISIT_HISTORY)])
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def one_turn(key, d):
+        problem = generate(key, catalog, d, params)
+        state, _ = reset(key, catalog, problem, params)
+        return step(catalog, state, action, params)
+
+    for d in range(C.D_MAX + 1):
+        state, _ = one_turn(jax.random.key(d), jnp.int32(d))
+        assert int(state.problem.d) == d
+
+
+def test_padding_is_inert(catalog, params):
+    key = jax.random.key(5)
+    problem = jax.jit(generate, static_argnums=3)(key, catalog, jnp.int32(4), params)
+    n = int((problem.item_pid >= 0).sum())
+    assert n < C.MAX_ITEMS
+    noisy = problem.replace(
+        item_qty=problem.item_qty.at[n:].set(7),
+        item_var_vals=problem.item_var_vals.at[n:].set(3.0),
+        item_var_attr=problem.item_var_attr.at[n:].set(4),
+        item_desc_key=problem.item_desc_key.at[n:].set(12345),
+        cons_val=problem.cons_val + 9.0,
+    )
+    hist = Call(T.USER_GET_VISIT_HISTORY)
+    plain = make_action([hist])
+    # Padded call slots carry junk arguments; they must not matter.
+    junk = plain.replace(product=plain.product.at[1:].set(3), qty=plain.qty.at[1:].set(0))
+    stp = jax.jit(step, static_argnums=3)
+    outs = []
+    for prob, act in ((problem, plain), (noisy, junk)):
+        state, _ = reset(key, catalog, prob, params)
+        state, ts = stp(catalog, state, act, params)
+        outs.append((state.world, ts.observation))
+    assert tree_equal(outs[0], outs[1])
+
+
+# --- invariant 8 (no hidden-goal leak) ------------------------------------------------------------
+
+
+def test_opening_and_replies_carry_no_product_indices(catalog, params):
+    keys = keys_for(9)
+    prob = jax.vmap(generate, (0, None, 0, None))(keys, catalog, D, params)
+    _, ts = jax.vmap(reset, (0, None, 0, None))(keys, catalog, prob, params)
+    obs = ts.observation
+    # Before any tool call, no observation array holds a target index where ids live.
+    assert np.all(np.asarray(obs.results.ids) == -1)
+    assert np.all(np.asarray(obs.events) == -1)
+    # Items are described by description keys, which differ from the product index space.
+    reply = obs.reply
+    assert np.array_equal(np.asarray(reply.item_desc_key), np.asarray(prob.item_desc_key))
+    # Pending slots are not stated in the opening INFORM.
+    pend_qty = np.asarray(prob.pending[:, 0, :, S.QUANTITY])
+    assert np.all(np.asarray(reply.item_qty)[pend_qty] == -1)
+    pend_var = np.asarray(prob.pending[:, 0, :, S.VARIANT])
+    assert np.all(np.asarray(reply.item_var_attr)[pend_var] == -1)
+
+
+# --- invariant 13 (write-up examples) ------------------------------------------------------------
+
+
+def _first_with(catalog, params, d, pred, tries=400):
+    gen = jax.jit(generate, static_argnums=3)
+    for s in range(tries):
+        key = jax.random.key(1000 + s)
+        prob = gen(key, catalog, jnp.int32(d), params)
+        if pred(prob):
+            return key, prob
+    raise AssertionError("no matching problem found")
+
+
+def test_writeup_example_1_scores_plus_080(catalog, params):
+    key, prob = _first_with(
+        catalog,
+        params,
+        1,
+        lambda p: int(p.item_qty[0]) == 1 and not bool(p.item_var_req[0]),
+    )
+    stp = jax.jit(step, static_argnums=3)
+    state, _ = reset(key, catalog, prob, params)
+    state, ts = stp(catalog, state, make_action([Call(T.USER_GET_VISIT_HISTORY)]), params)
+    assert bool(ts.observation.reply.acts[C.Act.ACK])
+    target = int(prob.item_pid[0])
+    state, ts = stp(catalog, state, make_action([Call(T.CART_ADD, product=target, qty=1)]), params)
+    assert bool(ts.observation.reply.acts[C.Act.CONFIRM]) and bool(ts.observation.reply.user_caused)
+    state, ts = stp(catalog, state, make_action(answer_env=C.Env.CART), params)
+    r = state.reward
+    assert int(state.dialogue.turn) == 3 and int(state.dialogue.t_user) == 1
+    assert float(r.r_task) == 1.0 and float(r.r_hall) == 0.0
+    assert abs(float(r.r_eff) - 1 / 3) < 1e-6
+    assert abs(float(ts.reward) - 0.80) < 0.005
+
+
+def test_writeup_example_2_scores_minus_006(catalog):
+    """Charger x1, air fryer (one variant) x1, tank top (variant XS) x3; the final cart holds
+    the charger, the wrong fryer variant, 3 wrong tank tops and 2 right ones: F1 = 0.5."""
+    params = EnvParams(overrides=EnvParams().overrides.__class__(p_oos=0.0))
+    key = jax.random.key(2)
+    base = jax.jit(generate, static_argnums=3)(key, catalog, jnp.int32(8), params)
+    cat = np.asarray(catalog.category)
+    noun = np.asarray(catalog.noun)
+    stock = np.asarray(catalog.stock)
+    form = np.asarray(catalog.desc_form)
+    from ecomjax.catalog.synthetic import synthetic_tables
+
+    nouns = synthetic_tables().nouns
+
+    def pick(noun_name, min_stock):
+        idx = np.flatnonzero(
+            (np.asarray([nouns[k] == noun_name for k in noun])) & (stock >= min_stock) & (form > 0)
+        )
+        return int(idx[0])
+
+    charger = int(np.flatnonzero((cat == 8) & (stock >= 1) & (form > 0))[0])
+    fryer, tank = pick("Air Fryer", 1), pick("Tank Top", 5)
+    items = jnp.array([charger, fryer, tank, -1, -1])
+    size_xs = float(C.VOCAB[C.Attr.SIZE].index("XS"))
+    size_xl = float(C.VOCAB[C.Attr.SIZE].index("XL"))
+    prob = base.replace(
+        item_pid=items,
+        item_qty=jnp.array([1, 1, 3, 0, 0]),
+        item_var_req=jnp.array([False, True, True, False, False]),
+        item_var_attr=jnp.array([-1, C.Attr.COLOR, C.Attr.SIZE, -1, -1]),
+        item_var_vals=jnp.array(
+            [[0, 0, 0], [1.0, 5.0, 7.0], [size_xl, size_xs, 2.0], [0, 0, 0], [0, 0, 0]],
+            jnp.float32,
+        ),
+        item_var_target=jnp.array([-1, 1, 1, -1, -1]),
+        item_desc_form=jnp.asarray(form[np.asarray(items).clip(0)] * (np.asarray(items) >= 0)),
+        item_desc_key=jnp.asarray(
+            np.where(
+                np.asarray(items) >= 0,
+                np.asarray(catalog.desc_key)[
+                    np.asarray(items).clip(0), np.maximum(form[np.asarray(items).clip(0)] - 1, 0)
+                ],
+                -1,
+            )
+        ),
+        history=jnp.array([charger, fryer, tank] + [-1] * 13),
+        pending=base.pending.at[0, 2, S.QUANTITY].set(True),
+        has_slot=base.has_slot.at[0, :3, S.ITEMS]
+        .set(True)
+        .at[0, 2, S.QUANTITY]
+        .set(True)
+        .at[0, 1:3, S.VARIANT]
+        .set(True),
+    )
+    assert int(prob.t_max) == 8
+    stp = jax.jit(step, static_argnums=3)
+    state, _ = reset(key, catalog, prob, params)
+    turns = [
+        make_action([Call(T.ASK_USER, slots=[S.QUANTITY])]),  # CLARIFY reveals qty 3
+        make_action(present=[fryer]),  # CONFIRM "yes, that's my air fryer"
+        make_action(
+            [
+                Call(T.USER_GET_VISIT_HISTORY),
+                Call(T.CATALOG_GET_VARIANTS, product=fryer),
+                Call(T.CATALOG_GET_VARIANTS, product=tank),
+            ]
+        ),
+        make_action([Call(T.CART_ADD, product=charger)]),
+        make_action([Call(T.CART_ADD, product=fryer, variant=0)]),  # wrong fryer variant
+        make_action([Call(T.CART_ADD, product=tank, variant=0, qty=3)]),  # XL x3
+        make_action([Call(T.CART_ADD, product=tank, variant=1, qty=2)]),  # XS x2
+        make_action(answer_env=C.Env.CART),
+    ]
+    for a in turns:
+        state, ts = stp(catalog, state, a, params)
+    r = state.reward
+    assert int(state.dialogue.turn) == 8 and int(state.dialogue.t_user) == 2
+    assert abs(float(r.f1) - 0.5) < 1e-6 and abs(float(r.r_task)) < 1e-6
+    assert abs(float(r.r_eff) - (1 - 2 * 5 / 7)) < 1e-6
+    assert abs(float(ts.reward) - (-0.06)) < 0.005
+
+
+# --- invariant 11 (hard fails) and bad input ------------------------------------------------------
+
+BAD_TURNS = {
+    "unknown_tool": (make_action([Call(99)]), HF.INVALID_TOOL_CALL),
+    "unknown_argument": (make_action([Call(T.CART_VIEW, bad_args=True)]), HF.INVALID_TOOL_CALL),
+    "wrong_type": (make_action([Call(T.CART_ADD, product=1, bad_args=True)]), HF.INVALID_TOOL_CALL),
+    "missing_argument": (make_action([Call(T.CART_ADD)]), HF.INVALID_TOOL_CALL),
+    "quantity_zero": (make_action([Call(T.CART_ADD, product=1, qty=0)]), HF.INVALID_TOOL_CALL),
+    "quantity_1e9": (make_action([Call(T.CART_ADD, product=1, qty=10**9)]), HF.INVALID_TOOL_CALL),
+    "too_many_calls": (
+        make_action([Call(T.CART_VIEW)] * C.MAX_TOOL_CALLS),
+        HF.TOOL_BUDGET_EXCEEDED,
+    ),
+    "empty_turn": (make_action(message=False), HF.MALFORMED_ACTION),
+    "malformed": (make_action(malformed=True), HF.MALFORMED_ACTION),
+    "wrong_answer_env": (make_action(answer_env=C.Env.PD), HF.INVALID_ANSWER),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_TURNS))
+@pytest.mark.parametrize("at", ["first", "middle", "last"])
+def test_bad_turns_hard_fail_anywhere(catalog, params, name, at):
+    bad, kind = BAD_TURNS[name]
+    key = jax.random.key(21)
+    prob = jax.jit(generate, static_argnums=3)(key, catalog, jnp.int32(12), params)
+    t_max = int(prob.t_max)
+    before = {"first": 0, "middle": t_max // 2, "last": t_max - 1}[at]
+    stp = _step_jit()
+    state, _ = reset(key, catalog, prob, params)
+    for _ in range(before):
+        state, ts = stp(catalog, state, make_action(), params)
+    state, ts = stp(catalog, state, bad, params)
+    assert int(state.dialogue.termination) == TM.HARD_FAIL
+    assert int(state.reward.hard_fail) == kind
+    assert float(ts.reward) == -1.0 and not bool(state.reward.is_correct)
+    # The episode is absorbing afterwards.
+    again, ts2 = stp(catalog, state, make_action(), params)
+    assert float(ts2.reward) == 0.0 and int(again.dialogue.turn) == int(state.dialogue.turn)
+
+
+_STEP = {}
+
+
+def _step_jit():
+    if "f" not in _STEP:
+        _STEP["f"] = jax.jit(step, static_argnums=3)
+    return _STEP["f"]
+
+
+def test_business_errors_never_fail(catalog, params):
+    key = jax.random.key(22)
+    prob = jax.jit(generate, static_argnums=3)(key, catalog, jnp.int32(20), params)
+    stp = _step_jit()
+    state, _ = reset(key, catalog, prob, params)
+    oos = int(np.flatnonzero(np.asarray(catalog.stock) == 0)[0])
+    calls = [
+        Call(T.CART_ADD, product=-2),  # an id string the catalog does not know
+        Call(T.CART_ADD, product=oos),
+        Call(T.CART_ADD, product=1, variant=3 + int(catalog.var_count[1])),
+        Call(T.CART_REMOVE, line=-2),
+        Call(T.CART_SET_QUANTITY, line=42, qty=3),
+        Call(T.CATALOG_GET_PRODUCT, product=10**6),
+        Call(T.CATALOG_GET_VARIANTS, product=-5),
+        Call(T.ORDER_GET_STATUS, order=3),
+        Call(T.RETURN_CANCEL, order=1),
+        Call(T.CART_ADD, product=int(prob.item_pid[0]), qty=99),
+    ]
+    state, ts = stp(catalog, state, make_action(calls), params)
+    assert int(state.dialogue.termination) == TM.RUNNING
+    errors = np.asarray(ts.observation.results.error)[: len(calls)]
+    E = C.ToolError
+    assert errors.tolist() == [
+        E.UNKNOWN_PRODUCT,
+        E.OUT_OF_STOCK,
+        E.UNKNOWN_VARIANT,
+        E.UNKNOWN_LINE,
+        E.UNKNOWN_LINE,
+        E.UNKNOWN_PRODUCT,
+        E.UNKNOWN_PRODUCT,
+        E.UNKNOWN_ORDER,
+        E.UNKNOWN_RETURN,
+        E.INSUFFICIENT_STOCK,
+    ]
+    assert int(np.asarray(state.world.cart_no).max()) == 0  # nothing got into the cart
+
+
+# --- invariant 7 (hallucination) -------------------------------------------------------------------
+
+
+def test_unseen_ids_are_hallucinated(catalog, params):
+    key, prob = _first_with(
+        catalog, params, 1, lambda p: int(p.item_qty[0]) == 1 and not bool(p.item_var_req[0])
+    )
+    target = int(prob.item_pid[0])
+    stp = _step_jit()
+
+    def final(seen_first: bool):
+        state, _ = reset(key, catalog, prob, params)
+        if seen_first:
+            state, _ = stp(catalog, state, make_action([Call(T.USER_GET_VISIT_HISTORY)]), params)
+        else:
+            state, _ = stp(catalog, state, make_action(), params)
+        state, _ = stp(catalog, state, make_action([Call(T.CART_ADD, product=target)]), params)
+        state, _ = stp(catalog, state, make_action(answer_env=C.Env.CART), params)
+        return state.reward
+
+    grounded, blind = final(True), final(False)
+    assert float(grounded.r_hall) == 0.0 and float(blind.r_hall) == -1.0
+    assert abs((float(grounded.r_total) - float(blind.r_total)) - 0.10) < 1e-6

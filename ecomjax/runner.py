@@ -1,0 +1,184 @@
+"""Curriculum rounds of B parallel episodes: the engine behind ``ecomjax run``.
+
+Each round samples d per episode from each task's curriculum window, plays the episodes on
+device, then feeds the terminal outcomes back to the curriculum. d is traced, so moving the
+window never recompiles; the one compile per task is timed apart from steady state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ecomjax import constants as C
+from ecomjax import curriculum as cur
+from ecomjax.agents import AGENTS
+from ecomjax.catalog.synthetic import generate_catalog
+from ecomjax.catalog.types import Catalog
+from ecomjax.registry import family, resolve_tasks
+from ecomjax.rollout import run_batch
+from ecomjax.types import EnvParams
+
+
+@dataclass
+class RunConfig:
+    tasks: str = "C1"
+    agent: str = "oracle"
+    batch: int = 4096
+    rounds: int = 10
+    difficulty: int | None = None  # a fixed d instead of the curriculum
+    catalog_size: int = 1000
+    catalog_seed: int = 42
+    seed: int = 0
+    convention: str = "default"  # or "rlve"
+
+
+@dataclass
+class TaskStats:
+    """Per (task, d) sums over terminal episodes."""
+
+    n: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    sums: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def add(self, d: np.ndarray, cols: np.ndarray) -> None:
+        for level in np.unique(d):
+            sel = d == level
+            self.n[int(level)] += int(sel.sum())
+            prev = self.sums.get(int(level), np.zeros(cols.shape[1]))
+            self.sums[int(level)] = prev + cols[sel].sum(0)
+
+
+COLUMNS = ("success", "r_total", "r_task", "r_eff", "r_hall")
+
+
+@dataclass
+class RunResult:
+    episodes: int
+    env_steps: int
+    seconds: float  # steady-state device time, compile excluded
+    compile_s: float
+    per_task: dict[str, TaskStats]
+    curriculum: dict[str, tuple[int, int]]  # task -> (lo, hi) window at the end
+    history: list[dict[str, tuple[int, int]]]  # window after every round
+
+    @property
+    def episodes_per_s(self) -> float:
+        return self.episodes / max(self.seconds, 1e-9)
+
+    def summary(self) -> dict:
+        per_task = {}
+        for task, st in self.per_task.items():
+            n = sum(st.n.values())
+            tot = sum(st.sums.values()) if st.sums else np.zeros(len(COLUMNS))
+            per_task[task] = {
+                "success_rate": float(tot[0] / max(n, 1)),
+                "mean_reward": float(tot[1] / max(n, 1)),
+                "h": int(self.curriculum[task][1]),
+            }
+        return {
+            "episodes": self.episodes,
+            "episodes_per_s": self.episodes_per_s,
+            "env_steps_per_s": self.env_steps / max(self.seconds, 1e-9),
+            "compile_s": self.compile_s,
+            "per_task": per_task,
+        }
+
+
+def _make_round(
+    catalog: Catalog, generate, agent, params: EnvParams, cfg, mode: str, batch: int
+) -> Callable:
+    """One round for one task: sample d, play ``batch`` episodes, update the curriculum."""
+
+    def round_fn(cstate, key, task_id, first_episode, fixed_d, use_fixed):
+        idx = first_episode + jnp.arange(batch, dtype=jnp.int32)
+        tasks = jnp.full(idx.shape, task_id, jnp.int32)
+        sampled = cur.sample(key, cstate, tasks, idx, cfg)
+        d = jnp.where(use_fixed, fixed_d, sampled)
+        keys = jax.vmap(lambda e: jax.random.fold_in(key, e))(idx)
+        res = run_batch(catalog, keys, d, generate, agent, params)
+        r = res.state.reward
+        cstate = cur.update(cstate, tasks, d, r.is_correct, None, cfg, mode=mode)
+        cols = jnp.stack(
+            [r.is_correct.astype(jnp.float32), r.r_total, r.r_task, r.r_eff, r.r_hall], -1
+        )
+        return cstate, d, cols, res.env_steps
+
+    return round_fn
+
+
+def run(
+    cfg: RunConfig, progress: Callable | None = None, catalog: Catalog | None = None
+) -> RunResult:
+    """Plays ``cfg.rounds`` rounds of ``cfg.batch`` episodes per task."""
+    tasks = resolve_tasks(cfg.tasks)
+    if cfg.agent not in AGENTS:
+        raise ValueError(f"unknown agent {cfg.agent!r}; choose from {sorted(AGENTS)}")
+    if cfg.batch < 1 or cfg.rounds < 1:
+        raise ValueError("batch and rounds must be positive")
+    if cfg.difficulty is not None and not 0 <= cfg.difficulty <= C.D_MAX:
+        raise ValueError(f"difficulty must lie in 0..{C.D_MAX}")
+    ccfg = (
+        cur.CurriculumConfig.rlve() if cfg.convention == "rlve" else cur.CurriculumConfig.default()
+    )
+    mode = "batch" if cfg.convention == "rlve" else "stream"
+    catalog = (
+        catalog if catalog is not None else generate_catalog(cfg.catalog_seed, cfg.catalog_size)
+    )
+    params = EnvParams()
+    agent = AGENTS[cfg.agent]
+    per_task = max(1, cfg.batch // len(tasks))
+    cstate = cur.init(len(tasks))
+    stats = {t: TaskStats() for t in tasks}
+    fns = {}
+    compile_s = 0.0
+    for ti, name in enumerate(tasks):
+        fn = jax.jit(
+            _make_round(catalog, family(name).generate, agent, params, ccfg, mode, per_task)
+        )
+        t0 = time.perf_counter()
+        fns[name] = fn.lower(
+            cstate, jax.random.key(0), jnp.int32(ti), jnp.int32(0), jnp.int32(0), jnp.bool_(False)
+        ).compile()
+        compile_s += time.perf_counter() - t0
+    seconds, episodes, steps, counter = 0.0, 0, 0, 0
+    history = []
+    base = jax.random.key(cfg.seed)
+    fixed = cfg.difficulty if cfg.difficulty is not None else 0
+    for rnd in range(cfg.rounds):
+        for ti, name in enumerate(tasks):
+            key = jax.random.fold_in(jax.random.fold_in(base, rnd), ti)
+            t0 = time.perf_counter()
+            out = fns[name](
+                cstate,
+                key,
+                jnp.int32(ti),
+                jnp.int32(counter),
+                jnp.int32(fixed),
+                jnp.bool_(cfg.difficulty is not None),
+            )
+            out = jax.block_until_ready(out)
+            seconds += time.perf_counter() - t0
+            cstate, d, cols, n_steps = out
+            stats[name].add(np.asarray(d), np.asarray(cols, np.float64))
+            episodes += per_task
+            steps += int(n_steps)
+            counter += per_task
+        lo, hi = cur.window(cstate, ccfg)
+        history.append({t: (int(lo[i]), int(hi[i])) for i, t in enumerate(tasks)})
+        if progress is not None:
+            progress(rnd, history[-1])
+    return RunResult(
+        episodes=episodes,
+        env_steps=steps,
+        seconds=seconds,
+        compile_s=compile_s,
+        per_task=stats,
+        curriculum=history[-1],
+        history=history,
+    )
