@@ -79,8 +79,13 @@ def bench_batched(catalog, params, agent, b: int, repeats: int, seed: int) -> di
         correct = float(jnp.mean(res.state.reward.is_correct))
     med = statistics.median(times)
     return {
-        "mode": "batched", "B": b, "compile_s": compile_s, "median_s": med,
-        "episodes_per_s": b / med, "env_steps_per_s": steps / med, "repeats": repeats,
+        "mode": "batched",
+        "B": b,
+        "compile_s": compile_s,
+        "median_s": med,
+        "episodes_per_s": b / med,
+        "env_steps_per_s": steps / med,
+        "repeats": repeats,
         "success_rate": correct,
     }
 
@@ -115,8 +120,13 @@ def bench_looped(catalog, params, agent, n: int, seed: int) -> dict:
     steps = sum(one(i) for i in range(n))
     elapsed = time.perf_counter() - t0
     return {
-        "mode": "looped", "B": 1, "episodes": n, "compile_s": compile_s, "median_s": elapsed / n,
-        "episodes_per_s": n / elapsed, "env_steps_per_s": steps / elapsed,
+        "mode": "looped",
+        "B": 1,
+        "episodes": n,
+        "compile_s": compile_s,
+        "median_s": elapsed / n,
+        "episodes_per_s": n / elapsed,
+        "env_steps_per_s": steps / elapsed,
     }
 
 
@@ -134,8 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     catalog = generate_catalog(42, args.catalog_size)
     params = EnvParams()
     agent = AGENTS[args.agent]
-    info = env_info() | {"agent": args.agent, "catalog_size": args.catalog_size,
-                         "state_bytes_per_episode": state_bytes(catalog, params)}
+    info = env_info() | {
+        "agent": args.agent,
+        "catalog_size": args.catalog_size,
+        "state_bytes_per_episode": state_bytes(catalog, params),
+    }
     rows = []
     looped = bench_looped(catalog, params, agent, args.loop_episodes, args.seed)
     rows.append(info | looped)

@@ -21,8 +21,11 @@ def answer_ids(answer: Answer) -> jax.Array:
 
 def hallucination(world: World, dialogue: Dialogue) -> jax.Array:
     """-|hallucinated| / max(|U|, 1) over ids used by tools or in the latest answer."""
-    latest = jnp.where(dialogue.has_answer, answer_ids(dialogue.answer), -1)
-    in_answer = ((world.used[:, None] == latest[None, :]) & (latest[None, :] != -1)).any(-1)
+    big = jnp.iinfo(jnp.int32).max
+    ids = answer_ids(dialogue.answer)
+    latest = jnp.sort(jnp.where(dialogue.has_answer & (ids != -1), ids, big))
+    at = jnp.clip(jnp.searchsorted(latest, world.used), 0, latest.shape[0] - 1)
+    in_answer = (latest[at] == world.used) & (world.used != -1)
     live = jnp.arange(C.MAX_USED_IDS) < world.n_used
     in_u = live & (world.used_by_tool | in_answer)
     n_u = in_u.sum()

@@ -13,6 +13,25 @@ from ecomjax.types import Problem, World
 from ecomjax.world import safe
 
 
+def keyed_uniform(key: jax.Array, n: int) -> jax.Array:
+    """float32 [n] in [0, 1): one draw per product index from a single keyed seed, hashed
+    with the murmur3 finalizer, so cost is a few integer ops per product, not a threefry."""
+    seed = jax.random.bits(key, (), jnp.uint32)
+    h = jnp.arange(n, dtype=jnp.uint32) * jnp.uint32(0x9E3779B1) ^ seed
+    h = (h ^ (h >> 16)) * jnp.uint32(0x85EBCA6B)
+    h = (h ^ (h >> 13)) * jnp.uint32(0xC2B2AE35)
+    h = h ^ (h >> 16)
+    return (h >> 8).astype(jnp.float32) * jnp.float32(1.0 / (1 << 24))
+
+
+def first_true(mask: jax.Array, k: int) -> jax.Array:
+    """int32 [k]: indices of the first k True entries, -1 padded. A prefix count and a
+    binary search are far cheaper on CPU than ``jnp.nonzero(size=k)``."""
+    cs = jax.lax.associative_scan(jnp.add, mask.astype(jnp.int32))
+    pos = jnp.searchsorted(cs, jnp.arange(1, k + 1, dtype=jnp.int32), side="left")
+    return jnp.where(pos < mask.shape[0], pos, -1).astype(jnp.int32)
+
+
 def goal_categories(catalog: Catalog, problem: Problem) -> jax.Array:
     """int32 [7]: categories of the CART targets, the PD target and the SUB original."""
     pids = jnp.concatenate([problem.item_pid, problem.pd_target[None], problem.sub_original[None]])
@@ -38,17 +57,18 @@ def apply_shocks(
 ) -> tuple[World, jax.Array, jax.Array, jax.Array]:
     """Returns (world, events [MAX_EVENTS], n_events, shocked CART items [MAX_ITEMS])."""
     cats = goal_categories(catalog, problem)
-    in_goal = (catalog.category.astype(jnp.int32)[:, None] == cats[None, :]).any(-1)
+    cat_mask = jnp.zeros(catalog.n_categories, bool).at[cats].set(cats >= 0, mode="drop")
+    in_goal = cat_mask[catalog.category.astype(jnp.int32)]
     protected = (
         jnp.zeros(catalog.n_products, bool)
         .at[problem.protected]
         .set(problem.protected >= 0, mode="drop")
     )
     exposed = world.seen & in_goal & (product_free_stock(catalog, world) > 0) & ~protected
-    u = jax.random.uniform(
-        jax.random.fold_in(jax.random.fold_in(key, C.STREAM["SHOCK"]), turn), (catalog.n_products,)
+    u = keyed_uniform(
+        jax.random.fold_in(jax.random.fold_in(key, C.STREAM["SHOCK"]), turn), catalog.n_products
     )
     shocked = exposed & (u < hazard)
-    events = jnp.nonzero(shocked, size=C.MAX_EVENTS, fill_value=-1)[0].astype(jnp.int32)
+    events = first_true(shocked, C.MAX_EVENTS)
     items = jnp.where(problem.item_pid >= 0, shocked[safe(problem.item_pid)], False)
     return world.replace(oos=world.oos | shocked), events, shocked.sum().astype(jnp.int32), items

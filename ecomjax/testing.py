@@ -46,7 +46,7 @@ HIDDEN_FIELDS = {
     "line_pid",
     "order_status",
 }
-assert HIDDEN_FIELDS <= {f.name for f in dataclasses.fields(Problem)} | {"req_final"}
+assert {f.name for f in dataclasses.fields(Problem)} | {"req_final"} >= HIDDEN_FIELDS
 
 
 def _host(x) -> np.ndarray:

@@ -265,6 +265,7 @@ class SearchResults:
 
     ids: jax.Array  # int32 [MAX_TOOL_CALLS, MAX_SEARCH_RESULTS], -1 padded
     score: jax.Array  # float32 [MAX_TOOL_CALLS, MAX_SEARCH_RESULTS]
+    stock: jax.Array  # int32 [MAX_TOOL_CALLS, MAX_SEARCH_RESULTS], cards' stock_qty
     total: jax.Array  # int32 [MAX_TOOL_CALLS], |T|
     top_k: jax.Array  # int32 [MAX_TOOL_CALLS], top_k_applied
     error: jax.Array  # int32 [MAX_TOOL_CALLS], ToolError (unknown similar_to)
@@ -273,37 +274,55 @@ class SearchResults:
 # --- what the agent sees ---------------------------------------------------------------------
 
 
+SMALL_ROWS = 48  # cart lines (32), history (16), variants (4), categories (40)
+
+
 @struct.dataclass
 class ToolResults:
-    """Per call slot of the previous turn. Rows hold cards, cart lines, variants or history."""
+    """Per call slot of the previous turn. Small rows hold cart lines, history, variants,
+    product records and categories; searches keep their own wide rows, passed through
+    from the retrieval stage rather than copied."""
 
     tool: jax.Array  # int32 [B]
     error: jax.Array  # int32 [B], ToolError
-    count: jax.Array  # int32 [B], rows filled
-    total: jax.Array  # int32 [B], search total_matches / cart total units
-    ids: jax.Array  # int32 [B, R], product index per row
-    var: jax.Array  # int32 [B, R], variant index per row, -1 none
-    qty: jax.Array  # int32 [B, R], stock_qty of a card or variant; qty of a cart line
-    aux: jax.Array  # int32 [B, R], cart line number; variant_count; top_k_applied in row 0
-    score: jax.Array  # float32 [B, R], search score
+    count: jax.Array  # int32 [B], rows filled (search: cards returned)
+    total: jax.Array  # int32 [B], search total_matches / cart total units / today
+    ids: jax.Array  # int32 [B, SMALL_ROWS], product (or category) index per row
+    var: jax.Array  # int32 [B, SMALL_ROWS], variant index per row, -1 none
+    qty: jax.Array  # int32 [B, SMALL_ROWS], stock_qty of a card or variant; qty of a line
+    aux: jax.Array  # int32 [B, SMALL_ROWS], cart line number; variant_count
     var_attr: jax.Array  # int32 [B, MAX_VARIANTS], Attr of each listed variant
     var_value: jax.Array  # float32 [B, MAX_VARIANTS]
+    search: SearchResults  # wide rows of catalog_search slots (-1 elsewhere)
 
 
 def empty_results() -> ToolResults:
-    b, r, v = C.MAX_TOOL_CALLS, C.MAX_SEARCH_RESULTS, C.MAX_VARIANTS
+    b, s, v = C.MAX_TOOL_CALLS, SMALL_ROWS, C.MAX_VARIANTS
     return ToolResults(
         tool=_full(b, 0),
         error=_full(b, 0),
         count=_full(b, 0),
         total=_full(b, 0),
-        ids=_full((b, r), -1),
-        var=_full((b, r), -1),
-        qty=_full((b, r), 0),
-        aux=_full((b, r), 0),
-        score=_full((b, r), 0.0, F32),
+        ids=_full((b, s), -1),
+        var=_full((b, s), -1),
+        qty=_full((b, s), 0),
+        aux=_full((b, s), 0),
         var_attr=_full((b, v), -1),
         var_value=_full((b, v), 0.0, F32),
+        search=no_search(),
+    )
+
+
+def no_search(batch: tuple[int, ...] = ()) -> SearchResults:
+    """SearchResults for a turn without searches."""
+    b, r = C.MAX_TOOL_CALLS, C.MAX_SEARCH_RESULTS
+    return SearchResults(
+        ids=_full((*batch, b, r), -1),
+        score=_full((*batch, b, r), 0.0, F32),
+        stock=_full((*batch, b, r), 0),
+        total=_full((*batch, b), 0),
+        top_k=_full((*batch, b), 0),
+        error=_full((*batch, b), 0),
     )
 
 

@@ -128,24 +128,20 @@ def record_use(world: World, pid: jax.Array, by_tool: jax.Array, enabled: jax.Ar
 
 
 def record_uses(world: World, pids: jax.Array, enabled: jax.Array) -> World:
-    """Vectorised ``record_use`` for an answer's ids (not tool uses): new distinct ids are
-    appended in order, each judged against Seen as it is now."""
-    n = pids.shape[0]
-    live = enabled & (pids != -1)
-    in_list = (
-        (pids[:, None] == world.used[None, :]) & (jnp.arange(C.MAX_USED_IDS) < world.n_used)
-    ).any(-1)
-    earlier = (
-        (pids[:, None] == pids[None, :])
-        & live[None, :]
-        & (jnp.arange(n)[None, :] < jnp.arange(n)[:, None])
-    ).any(-1)
-    new = live & ~in_list & ~earlier
+    """Vectorised ``record_use`` for an answer's ids (not tool uses). All ids of one answer
+    are judged against the same Seen, so they may be appended in sorted order."""
+    big = jnp.iinfo(I32).max
+    ids = jnp.sort(jnp.where(enabled & (pids != -1), pids, big))
+    first = ids != jnp.concatenate([jnp.full(1, big - 1, I32), ids[:-1]])
+    live_used = jnp.where(jnp.arange(C.MAX_USED_IDS) < world.n_used, world.used, big)
+    used_sorted = jnp.sort(live_used)
+    hit = used_sorted[jnp.clip(jnp.searchsorted(used_sorted, ids), 0, C.MAX_USED_IDS - 1)] == ids
+    new = (ids != big) & first & ~hit
     pos = world.n_used + jnp.cumsum(new) - 1
     dest = jnp.where(new & (pos < C.MAX_USED_IDS), pos, C.MAX_USED_IDS)
-    unseen = ~(world.seen[safe(pids)] & (pids >= 0) & (pids < world.seen.shape[0]))
+    unseen = ~(world.seen[safe(ids)] & (ids >= 0) & (ids < world.seen.shape[0]))
     return world.replace(
-        used=world.used.at[dest].set(pids, mode="drop"),
+        used=world.used.at[dest].set(ids, mode="drop"),
         used_hall=world.used_hall.at[dest].set(unseen, mode="drop"),
         used_by_tool=world.used_by_tool.at[dest].set(False, mode="drop"),
         n_used=jnp.minimum(world.n_used + new.sum(), C.MAX_USED_IDS).astype(I32),

@@ -60,8 +60,15 @@ def _random_queries(catalog, rng):
         top_k = int(rng.choice([1, 5, 20, 200, 500]))
         in_stock = bool(rng.random() < 0.5)
         q = np.asarray(catalog.emb[int(rng.integers(catalog.n_products))], np.float32)
-        call = Call(T.CATALOG_SEARCH, qty=top_k, enum_a=sort, in_stock_only=in_stock, query=q,
-                    filter_disc=fd, filter_num=fn)
+        call = Call(
+            T.CATALOG_SEARCH,
+            qty=top_k,
+            enum_a=sort,
+            in_stock_only=in_stock,
+            query=q,
+            filter_disc=fd,
+            filter_num=fn,
+        )
         specs.append((fd, fn, sort, top_k, in_stock, q))
         actions.append(make_action([call]))
     return specs, _stack(actions)
@@ -145,9 +152,9 @@ def test_distractors_and_depth_cap(catalog, params, d):
     results stay visible and in order."""
     states = _states(catalog, params, d)
     q = np.asarray(catalog.cat_emb[3], np.float32)
-    actions = _stack([
-        make_action([Call(T.CATALOG_SEARCH, qty=500, enum_a=C.SortBy.PRICE_ASC, query=q)])
-    ] * NB)
+    actions = _stack(
+        [make_action([Call(T.CATALOG_SEARCH, qty=500, enum_a=C.SortBy.PRICE_ASC, query=q)])] * NB
+    )
     res = _resolve(catalog, states, actions, params)
     n = max(20, 200 - 10 * d)
     n_dist = round(min(0.4, 0.02 * d) * n)

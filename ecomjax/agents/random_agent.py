@@ -35,7 +35,8 @@ def _remember(mem: RandomMemory, obs) -> RandomMemory:
     res = obs.results
     rows = jnp.arange(res.ids.shape[1])[None, :] < res.count[:, None]
     product_rows = res.tool != T.CATALOG_LIST_CATEGORIES
-    ids = jnp.where(rows & product_rows[:, None] & (res.ids >= 0), res.ids, -1).reshape(-1)
+    small = jnp.where(rows & product_rows[:, None] & (res.ids >= 0), res.ids, -1).reshape(-1)
+    ids = jnp.concatenate([small, res.search.ids.reshape(-1)])
     keep = ids >= 0
     order = jnp.argsort(~keep, stable=True)[:SEEN]
     new, n_new = ids[order], jnp.minimum(keep.sum(), SEEN)

@@ -14,7 +14,7 @@ from flax import struct
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
 from ecomjax.tools import cart as cart_tools
-from ecomjax.types import Action, Problem, SearchResults, ToolResults, World
+from ecomjax.types import SMALL_ROWS, Action, Problem, SearchResults, ToolResults, World
 from ecomjax.world import (
     has_synth_variants,
     is_known,
@@ -29,8 +29,7 @@ from ecomjax.world import (
 T = C.Tool
 E = C.ToolError
 I32 = jnp.int32
-S = C.MAX_CART_LINES  # small rows per call: cart lines, history, variants
-R = C.MAX_SEARCH_RESULTS
+S = SMALL_ROWS
 V = C.MAX_VARIANTS
 
 # Tools whose rows are products the agent now has seen (SPEC §7, Seen).
@@ -229,57 +228,59 @@ def run_tools(
     catalog: Catalog, problem: Problem, world: World, action: Action, search: SearchResults
 ) -> tuple[World, TurnScratch, ToolResults]:
     """Runs the calls in slot order; each sees the effects of those before it."""
-    step = lambda carry, i: _run_call(catalog, problem, search, carry, i)
-    (world, scratch, _), (tools, rows) = jax.lax.scan(
-        step, (world, empty_scratch(), action), jnp.arange(C.MAX_TOOL_CALLS)
+    # Slots run in order up to the last used one; under vmap the loop runs to the batch's
+    # longest turn, so short turns do not pay for all MAX_TOOL_CALLS slots.
+    used = action.tool != T.NONE
+    n_slots = jnp.where(used.any(), C.MAX_TOOL_CALLS - jnp.argmax(used[::-1]), 0)
+    blank = jax.tree_util.tree_map(
+        lambda x: jnp.zeros((C.MAX_TOOL_CALLS, *x.shape), x.dtype), _row()
+    ).replace(
+        ids=jnp.full((C.MAX_TOOL_CALLS, S), -1, I32),
+        var=jnp.full((C.MAX_TOOL_CALLS, S), -1, I32),
+        var_attr=jnp.full((C.MAX_TOOL_CALLS, V), -1, I32),
     )
-    results = _assemble(catalog, problem, world, tools, rows, search)
+
+    def body(carry):
+        i, world, scratch, rows = carry
+        (world, scratch, _), (_, row) = _run_call(
+            catalog, problem, search, (world, scratch, action), i
+        )
+        rows = jax.tree_util.tree_map(lambda all_, one: all_.at[i].set(one), rows, row)
+        return i + 1, world, scratch, rows
+
+    _, world, scratch, rows = jax.lax.while_loop(
+        lambda c: c[0] < n_slots, body, (jnp.int32(0), world, empty_scratch(), blank)
+    )
+    tools = action.tool
+    results = _assemble(catalog, tools, rows, search)
     return world, scratch, results
 
 
-def _pad_r(x: jax.Array, fill) -> jax.Array:
-    return jnp.pad(x, ((0, 0), (0, R - x.shape[1])), constant_values=fill)
-
-
-def _assemble(
-    catalog: Catalog,
-    problem: Problem,
-    world: World,
-    tools: jax.Array,
-    rows: Row,
-    search: SearchResults,
-) -> ToolResults:
-    is_search = (tools == T.CATALOG_SEARCH)[:, None]
-    is_cats = (tools == T.CATALOG_LIST_CATEGORIES)[:, None]
-    n_cat = min(catalog.n_categories, R)
-    cat_ids = jnp.pad(jnp.arange(n_cat, dtype=I32), (0, R - n_cat), constant_values=-1)
-    cat_counts = jnp.pad(jnp.diff(catalog.cat_offsets)[:n_cat].astype(I32), (0, R - n_cat))
-    search_qty = jnp.where(
-        search.ids >= 0,
-        jax.vmap(lambda ids: product_stock_qty(catalog, problem, world, safe(ids)))(search.ids),
-        0,
-    )
+def _assemble(catalog: Catalog, tools: jax.Array, rows: Row, search: SearchResults) -> ToolResults:
+    is_search = tools == T.CATALOG_SEARCH
+    is_cats = tools == T.CATALOG_LIST_CATEGORIES
+    n_cat = min(catalog.n_categories, S)
+    cat_ids = jnp.pad(jnp.arange(n_cat, dtype=I32), (0, S - n_cat), constant_values=-1)
+    cat_counts = jnp.pad(jnp.diff(catalog.cat_offsets)[:n_cat].astype(I32), (0, S - n_cat))
     n_found = (search.ids >= 0).sum(-1).astype(I32)
-    count = jnp.select(
-        [is_search[:, 0], is_cats[:, 0]], [n_found, jnp.full_like(n_found, n_cat)], rows.count
-    )
-    total = jnp.select(
-        [is_search[:, 0], is_cats[:, 0]], [search.total, jnp.full_like(n_found, n_cat)], rows.total
-    )
-    aux = jnp.where(is_search, 0, _pad_r(rows.aux, 0))
-    aux = aux.at[:, 0].set(jnp.where(is_search[:, 0], search.top_k, aux[:, 0]))
     return ToolResults(
         tool=tools.astype(I32),
-        error=jnp.where(is_search[:, 0], search.error, rows.error),
-        count=count,
-        total=total,
-        ids=jnp.select([is_search, is_cats], [search.ids, cat_ids[None]], _pad_r(rows.ids, -1)),
-        var=jnp.where(is_search | is_cats, -1, _pad_r(rows.var, -1)),
-        qty=jnp.select([is_search, is_cats], [search_qty, cat_counts[None]], _pad_r(rows.qty, 0)),
-        aux=aux,
-        score=jnp.where(is_search, search.score, 0.0),
+        error=jnp.where(is_search, search.error, rows.error),
+        count=jnp.select(
+            [is_search, is_cats], [n_found, jnp.full_like(n_found, n_cat)], rows.count
+        ),
+        total=jnp.select(
+            [is_search, is_cats],
+            [search.total, jnp.full_like(n_found, catalog.n_categories)],
+            rows.total,
+        ),
+        ids=jnp.where(is_cats[:, None], cat_ids[None], rows.ids),
+        var=rows.var,
+        qty=jnp.where(is_cats[:, None], cat_counts[None], rows.qty),
+        aux=rows.aux,
         var_attr=rows.var_attr,
         var_value=rows.var_value,
+        search=search,
     )
 
 
@@ -288,8 +289,11 @@ def mark_seen(world: World, results: ToolResults) -> World:
     product_rows = jnp.isin(results.tool, jnp.array(PRODUCT_ROW_TOOLS))
     live = (
         product_rows[:, None]
-        & (jnp.arange(R)[None, :] < results.count[:, None])
+        & (jnp.arange(S)[None, :] < results.count[:, None])
         & (results.ids >= 0)
     )
-    idx = jnp.where(live, results.ids, world.seen.shape[0])  # out of range: dropped
-    return world.replace(seen=world.seen.at[idx.reshape(-1)].set(True, mode="drop"))
+    n = world.seen.shape[0]
+    small = jnp.where(live, results.ids, n).reshape(-1)  # out of range: dropped
+    wide = jnp.where(results.search.ids >= 0, results.search.ids, n).reshape(-1)
+    seen = world.seen.at[small].set(True, mode="drop").at[wide].set(True, mode="drop")
+    return world.replace(seen=seen)

@@ -21,8 +21,8 @@ from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
 from ecomjax.kernels.topk import masked_topk
 from ecomjax.predicates import disc_values, filters_pass, num_values_scaled
-from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults
-from ecomjax.world import is_known, safe
+from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, no_search
+from ecomjax.world import is_known, product_stock_qty, safe
 
 R = C.MAX_SEARCH_RESULTS
 TRIES = 8
@@ -144,9 +144,11 @@ def resolve_slot(
     live = is_search[slot] & ~bad_ref
     mixed = jnp.where(live, mixed, -1)
     score = shown_score(catalog, qvec, safe(mixed), mode)
+    stock = product_stock_qty(catalog, state.problem, state.world, safe(mixed))
     return SearchResults(
         ids=mixed,
         score=jnp.where(mixed >= 0, score, 0.0),
+        stock=jnp.where(mixed >= 0, stock, 0),
         total=jnp.where(live, n_valid, 0),
         top_k=jnp.where(is_search[slot], n, 0),
         error=jnp.where(is_search[slot] & bad_ref, C.ToolError.UNKNOWN_PRODUCT, 0).astype(
@@ -164,18 +166,6 @@ def resolve_searches(
     slots = jnp.arange(C.MAX_TOOL_CALLS)
     return jax.vmap(resolve_slot, (None, None, None, 0, None))(
         catalog, state, action, slots, params
-    )
-
-
-def no_search(batch: tuple[int, ...] = ()) -> SearchResults:
-    b, r = C.MAX_TOOL_CALLS, C.MAX_SEARCH_RESULTS
-    z = lambda *s: jnp.zeros((*batch, *s), jnp.int32)
-    return SearchResults(
-        ids=jnp.full((*batch, b, r), -1, jnp.int32),
-        score=jnp.zeros((*batch, b, r), jnp.float32),
-        total=z(b),
-        top_k=z(b),
-        error=z(b),
     )
 
 

@@ -32,7 +32,10 @@ def keys_for(seed: int) -> jax.Array:
     return jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(jnp.arange(B))
 
 
-def play(catalog, agent, seed=0, params=EnvParams()):
+PARAMS = EnvParams()
+
+
+def play(catalog, agent, seed=0, params=PARAMS):
     return run_batch_jit(catalog, keys_for(seed), D, generate, agent, params)
 
 
@@ -88,9 +91,19 @@ def test_silent_agent_scores_exactly_minus_090(catalog):
     assert np.all(np.asarray(res.state.dialogue.termination) == TM.T_MAX)
 
 
-def test_immediate_done_with_empty_cart_scores_minus_060(catalog):
-    r = play(catalog, empty_cart_agent, seed=8).state.reward
+def test_immediate_done_with_empty_cart_scores_minus_060(catalog, params):
+    keys = keys_for(8)
+    prob = jax.vmap(generate, (0, None, 0, None))(keys, catalog, D, params)
+    states, ts = jax.vmap(reset, (0, None, 0, None))(keys, catalog, prob, params)
+    mem = jax.vmap(empty_cart_agent.init, (0, 0, None))(keys, ts.observation, catalog)
+    _, actions = jax.vmap(empty_cart_agent.act, (0, 0, 0, None))(keys, mem, ts.observation, catalog)
+    states, ts = jax.jit(jax.vmap(step, (None, 0, 0, None)), static_argnums=3)(
+        catalog, states, actions, params
+    )
+    r = states.reward
+    np.testing.assert_allclose(np.asarray(ts.reward), -0.60, atol=1e-6)
     np.testing.assert_allclose(np.asarray(r.r_total), -0.60, atol=1e-6)
+    assert np.all(np.asarray(states.dialogue.termination) == TM.AGENT_DONE)
     assert not np.any(np.asarray(r.is_correct))
 
 
@@ -164,23 +177,18 @@ def test_same_key_replays_and_vmap_equals_single_runs(catalog, params, agent):
 
 
 def test_jitted_equals_unjitted_one_turn(catalog, params):
-    """Generation, reset and one oracle turn (retrieval stage resolved as empty), op by op
-    versus compiled."""
-    from ecomjax.tools.search import no_search
+    """One oracle turn (ask_user + visit history at d = 6), op by op versus compiled."""
+    from ecomjax.types import no_search
 
     key = jax.random.key(12)
-    agent = AGENTS["oracle"]
-
-    def run():
-        problem = generate(key, catalog, jnp.int32(6), params)
-        state, ts = reset(key, catalog, problem, params)
-        memory = agent.init(key, ts.observation, catalog)
-        _, action = agent.act(key, memory, ts.observation, catalog)
-        return step(catalog, state, action, params, no_search())
-
-    compiled = jax.jit(run)()
+    problem = jax.jit(generate, static_argnums=3)(key, catalog, jnp.int32(6), params)
+    state, _ = reset(key, catalog, problem, params)
+    action = make_action(
+        [Call(T.ASK_USER, slots=[S.ITEMS, S.VARIANT, S.QUANTITY]), Call(T.USER_GET_VISIT_HISTORY)]
+    )
+    compiled = _step_jit()(catalog, state, action, params)
     with jax.disable_jit():
-        plain = run()
+        plain = step(catalog, state, action, params, no_search())
     assert tree_equal(compiled, plain)
 
 
@@ -228,7 +236,7 @@ def test_padding_is_inert(catalog, params):
     plain = make_action([hist])
     # Padded call slots carry junk arguments; they must not matter.
     junk = plain.replace(product=plain.product.at[1:].set(3), qty=plain.qty.at[1:].set(0))
-    stp = jax.jit(step, static_argnums=3)
+    stp = _step_jit()
     outs = []
     for prob, act in ((problem, plain), (noisy, junk)):
         state, _ = reset(key, catalog, prob, params)
@@ -278,7 +286,7 @@ def test_writeup_example_1_scores_plus_080(catalog, params):
         1,
         lambda p: int(p.item_qty[0]) == 1 and not bool(p.item_var_req[0]),
     )
-    stp = jax.jit(step, static_argnums=3)
+    stp = _step_jit()
     state, _ = reset(key, catalog, prob, params)
     state, ts = stp(catalog, state, make_action([Call(T.USER_GET_VISIT_HISTORY)]), params)
     assert bool(ts.observation.reply.acts[C.Act.ACK])
@@ -348,7 +356,7 @@ def test_writeup_example_2_scores_minus_006(catalog):
         .set(True),
     )
     assert int(prob.t_max) == 8
-    stp = jax.jit(step, static_argnums=3)
+    stp = _step_jit()
     state, _ = reset(key, catalog, prob, params)
     turns = [
         make_action([Call(T.ASK_USER, slots=[S.QUANTITY])]),  # CLARIFY reveals qty 3
@@ -419,8 +427,13 @@ _STEP = {}
 
 
 def _step_jit():
+    """One compiled single-episode step for every scripted test here. None of them
+    searches, so the retrieval stage is passed in as empty."""
     if "f" not in _STEP:
-        _STEP["f"] = jax.jit(step, static_argnums=3)
+        from ecomjax.types import no_search
+
+        f = jax.jit(step, static_argnums=3)
+        _STEP["f"] = lambda c, s, a, p, r=None: f(c, s, a, p, no_search() if r is None else r)
     return _STEP["f"]
 
 
@@ -461,7 +474,7 @@ def test_business_errors_never_fail(catalog, params):
     assert int(np.asarray(state.world.cart_no).max()) == 0  # nothing got into the cart
 
 
-# --- invariant 7 (hallucination) -------------------------------------------------------------------
+# --- invariant 7 (hallucination) --------------------------------------------------------------
 
 
 def test_unseen_ids_are_hallucinated(catalog, params):
