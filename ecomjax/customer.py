@@ -98,6 +98,11 @@ def _clarify(problem: Problem, dlg: Dialogue, scratch: TurnScratch, env: jax.Arr
     return status, revealed, revealed.sum()
 
 
+def required_variant_value(problem: Problem) -> jax.Array:
+    """float32 [MAX_ITEMS]: the value of each item's required variant (0 when none)."""
+    return problem.item_var_vals[jnp.arange(C.MAX_ITEMS), jnp.clip(problem.item_var_target, 0, 2)]
+
+
 def _issue_count(item_issue: jax.Array, extra: jax.Array) -> jax.Array:
     return (item_issue != 0).sum() + (extra >= 0).sum()
 
@@ -176,9 +181,7 @@ def reply(
     state_qty = (ask_qty & in_scope) | (correct & fb.reveal_qty) | fb.update
     mentioned = (ask_items & in_scope) | fb.update | (fb.item_issue != 0) | fb.item_confirm
     mentioned = is_cart & valid & mentioned
-    var_value = problem.item_var_vals[
-        jnp.arange(C.MAX_ITEMS), jnp.clip(problem.item_var_target, 0, 2)
-    ]
+    var_value = required_variant_value(problem)
     extra = fb.extra_pid
     act = empty_user_act().replace(
         acts=acts,
@@ -235,9 +238,7 @@ def opening(problem: Problem) -> UserAct:
     pend_var = problem.pending[0, :, S.VARIANT]
     show_qty = valid & (problem.item_qty > 1) & ~pend_qty
     show_var = valid & problem.item_var_req & ~pend_var
-    var_value = problem.item_var_vals[
-        jnp.arange(C.MAX_ITEMS), jnp.clip(problem.item_var_target, 0, 2)
-    ]
+    var_value = required_variant_value(problem)
     return empty_user_act().replace(
         acts=jnp.zeros(C.N_ACTS, bool).at[A.INFORM].set(True),
         item_valid=is_cart & valid,
