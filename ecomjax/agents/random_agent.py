@@ -47,7 +47,7 @@ def _remember(mem: RandomMemory, obs) -> RandomMemory:
 
 def _act(key, mem: RandomMemory, obs, catalog):
     mem = _remember(mem, obs)
-    ks = jax.random.split(key, 16)
+    ks = jax.random.split(key, 18)
     n_known = jnp.minimum(mem.n_seen, SEEN)
     pick_seen = mem.seen[jax.random.randint(ks[0], (B,), 0, jnp.maximum(n_known, 1))]
     use_seen = jax.random.bernoulli(ks[1], 0.5, (B,)) & (n_known > 0)
@@ -98,8 +98,9 @@ def _act(key, mem: RandomMemory, obs, catalog):
         line=jax.random.randint(ks[14], (B,), 1, 6),
         order=jax.random.randint(ks[15], (B,), 0, C.MAX_ORDERS),
         qty=qty,
-        enum_a=jax.random.randint(ks[2], (B,), 0, 4) % jnp.where(tool == T.CATALOG_SEARCH, 4, 8),
-        enum_b=jnp.where(tool == T.ASK_USER, -1, jax.random.randint(ks[3], (B,), 0, 3)),
+        # sort_by has 4 values; reason_code has 8.
+        enum_a=jax.random.randint(ks[16], (B,), 0, jnp.where(tool == T.CATALOG_SEARCH, 4, 8)),
+        enum_b=jnp.where(tool == T.ASK_USER, -1, jax.random.randint(ks[17], (B,), 0, 3)),
         has_query=jnp.ones(B, bool),
         query_emb=query,
         slots=slots,

@@ -214,7 +214,7 @@ def _run_call(catalog: Catalog, problem: Problem, search: SearchResults, carry, 
         ),
         cart_changed=scratch.cart_changed | changed,
     )
-    return (world_after, scratch, action), (tool, row)
+    return (world_after, scratch, action), row
 
 
 def _select_rows(tool: jax.Array, rows: dict, empty: Row) -> Row:
@@ -242,9 +242,7 @@ def run_tools(
 
     def body(carry):
         i, world, scratch, rows = carry
-        (world, scratch, _), (_, row) = _run_call(
-            catalog, problem, search, (world, scratch, action), i
-        )
+        (world, scratch, _), row = _run_call(catalog, problem, search, (world, scratch, action), i)
         rows = jax.tree_util.tree_map(lambda all_, one: all_.at[i].set(one), rows, row)
         return i + 1, world, scratch, rows
 

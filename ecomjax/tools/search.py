@@ -90,7 +90,7 @@ def _ranked_candidates(
 
 def _mix_distractors(
     key: jax.Array, catalog: Catalog, true_ids: jax.Array, n_true: jax.Array, n_dist: jax.Array
-) -> tuple[jax.Array, jax.Array]:
+) -> jax.Array:
     """Interleave n_dist keyed distractors at distinct positions among n_true + n_dist."""
     slots = jnp.arange(R)
     total = n_true + n_dist
@@ -123,7 +123,7 @@ def _mix_distractors(
     keep = out >= 0
     order = jnp.argsort(~keep, stable=True)
     out = jnp.where(slots < keep.sum(), out[order], -1)
-    return out, is_dist[order] & (slots < keep.sum())
+    return out
 
 
 def resolve_slot(
@@ -140,7 +140,7 @@ def resolve_slot(
     n_dist = jnp.round(diff.eps_rank * n).astype(jnp.int32)
     n_true = jnp.minimum(n_valid, n - n_dist)
     skey = jax.random.fold_in(jax.random.fold_in(state.key, C.STREAM["SEARCH"]), counter)
-    mixed, _ = _mix_distractors(skey, catalog, ids, n_true, n_dist)
+    mixed = _mix_distractors(skey, catalog, ids, n_true, n_dist)
     live = is_search[slot] & ~bad_ref
     mixed = jnp.where(live, mixed, -1)
     score = shown_score(catalog, qvec, safe(mixed), mode)

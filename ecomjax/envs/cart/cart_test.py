@@ -15,6 +15,7 @@ from ecomjax.actions import Call, make_action
 from ecomjax.agents import AGENTS, empty_cart_agent
 from ecomjax.core import reset, step
 from ecomjax.envs.cart.generator import generate
+from ecomjax.envs.cart.variants import CANDIDATES, own_values
 from ecomjax.registry import family
 from ecomjax.rollout import run_batch_jit
 from ecomjax.testing import api_test, play_single, tree_equal
@@ -122,6 +123,11 @@ def test_random_agent_stays_within_bounds(catalog, seeds):
         orc_r.append(np.asarray(orc.r_total))
     rnd_ok, rnd_r, orc_r = map(np.concatenate, (rnd_ok, rnd_r, orc_r))
     d = np.tile(d, len(seeds))
+    worst = max(rnd_ok[d == k].mean() for k in range(C.D_MAX + 1))
+    print(
+        f"random IsCorrect {rnd_ok.sum()}/{rnd_ok.size} = {rnd_ok.mean():.2%} "
+        f"(worst d {worst:.0%}); mean r_total {rnd_r.mean():.3f} vs oracle {orc_r.mean():.3f}"
+    )
     for level in range(C.D_MAX + 1):
         sel = d == level
         rate = rnd_ok[sel].mean()
@@ -161,10 +167,20 @@ def test_targets_are_in_stock_unique_and_well_described(catalog, params):
     req = np.asarray(prob.item_var_req)
     vals = np.asarray(prob.item_var_vals)
     tgt = np.asarray(prob.item_var_target)
+    attr = np.asarray(prob.item_var_attr)
+    cand = [int(a) for a in CANDIDATES]
+    has, own = jax.vmap(lambda p: own_values(catalog, p))(jnp.maximum(prob.item_pid, 0).reshape(-1))
+    has = np.asarray(has).reshape(*pid.shape, -1)
+    own = np.asarray(own).reshape(*pid.shape, -1)
+    checked = 0
     for b, i in zip(*np.nonzero(req), strict=True):
         v = vals[b, i]
-        assert len(set(v.tolist())) == 3
-        assert 0 <= tgt[b, i] < 3
+        assert len(set(v.tolist())) == 3 and 0 <= tgt[b, i] < 3
+        c = cand.index(int(attr[b, i]))
+        if has[b, i, c]:  # the product's own value is the required one
+            assert abs(v[tgt[b, i]] - own[b, i, c]) < 1e-6
+            checked += 1
+    assert checked > 100
 
 
 # --- invariant 4 (determinism) --------------------------------------------------------------------
