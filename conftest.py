@@ -38,3 +38,28 @@ def params():
     from ecomjax.types import EnvParams
 
     return EnvParams()
+
+
+SUITE_AGENTS = ("oracle", "random", "silent", "empty")
+
+
+@pytest.fixture(scope="session")
+def suite(catalog, params, request):
+    """Every family x every reference agent x d = 0..20 in ONE compiled mixed rollout, so
+    the SPEC §13 sweeps of all families cost one compile. Returns (plan, d, result)."""
+    import jax.numpy as jnp
+
+    from ecomjax import constants as C
+    from ecomjax.agents import empty_cart_agent, random_agent, silent_agent
+    from ecomjax.agents.oracle import make_oracle
+    from ecomjax.rollout import run_plan_jit
+
+    slow = request.config.getoption("--runslow") or os.environ.get("ECOMJAX_SLOW") == "1"
+    per_d = 50 if slow else 10
+    agents = (make_oracle(), random_agent, silent_agent, empty_cart_agent)
+    n = 21 * per_d
+    plan = tuple((name, n, j) for name in C.ENV_NAMES for j in range(len(agents)))
+    total = n * len(plan)
+    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(2025), i))(jnp.arange(total))
+    d = jnp.arange(total, dtype=jnp.int32) % 21
+    return plan, d, run_plan_jit(catalog, keys, d, plan, agents, params)

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from ecomjax import constants as C
 from ecomjax.agents import AGENTS
+from ecomjax.agents.oracle import make_oracle
 from ecomjax.catalog.synthetic import generate_catalog
 from ecomjax.core import reset, step
 from ecomjax.envs.cart.generator import generate
@@ -32,6 +33,7 @@ from ecomjax.rollout import run_batch
 from ecomjax.types import EnvParams
 
 OUT = Path(__file__).parent / "results" / "throughput.jsonl"
+CART = (C.Env.CART,)
 
 
 def env_info() -> dict:
@@ -64,7 +66,7 @@ def state_bytes(catalog, params) -> int:
 
 def bench_batched(catalog, params, agent, b: int, repeats: int, seed: int) -> dict:
     keys, d = episode_inputs(b, seed)
-    fn = jax.jit(lambda c, k, dd: run_batch(c, k, dd, generate, agent, params))
+    fn = jax.jit(lambda c, k, dd: run_batch(c, k, dd, generate, agent, params, families=CART))
     t0 = time.perf_counter()
     compiled = fn.lower(catalog, keys, d).compile()
     compile_s = time.perf_counter() - t0
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
     catalog = generate_catalog(42, args.catalog_size)
     params = EnvParams()
-    agent = AGENTS[args.agent]
+    agent = make_oracle(CART) if args.agent == "oracle" else AGENTS[args.agent]
     info = env_info() | {
         "agent": args.agent,
         "catalog_size": args.catalog_size,

@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="curriculum rounds of B parallel episodes")
     run.add_argument(
-        "--tasks", default="C1", help="a collection (C1, C2, C4, C8) or a list: CART,SUB"
+        "--tasks", default="C8", help="a collection (C1, C2, C4, C8) or a list: CART,SUB"
     )
     run.add_argument("--agent", default="oracle", choices=["oracle", "random", "silent"])
     run.add_argument("--batch", type=int, default=4096, help="episodes per round")

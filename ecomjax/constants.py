@@ -617,6 +617,7 @@ class ToolError(IntEnum):
     ALREADY_RETURNED = 9
     ALREADY_CANCELLED = 10
     CART_FULL = 11  # our addition: the cart holds at most MAX_CART_LINES lines
+    TOO_MANY_RETURNS = 12  # our addition: an episode holds at most MAX_RETURNS returns
 
 
 class HardFail(IntEnum):
@@ -733,6 +734,20 @@ class CartIssue(IntEnum):
     QTY_HIGH = 4
 
 
+class ReturnIssue(IntEnum):
+    """RETURN CORRECT issues (SPEC §10.2), in listing order."""
+
+    WRONG_LINE = 0
+    WRONG_REASON = 1  # reveals the reason
+    WRONG_METHOD = 2  # reveals the method
+    REPLACEMENT_CONSTRAINT = 3  # reveals the violated constraint(s)
+    REPLACEMENT_UNWANTED = 4
+    REPLACEMENT_MISSING = 5
+
+
+N_RET_ISSUES = len(ReturnIssue)
+
+
 class DescForm(IntEnum):
     """Which identifying description (SPEC §8.0) names a product."""
 
@@ -763,6 +778,7 @@ MAX_USED_IDS = 128
 MAX_EVENTS = 32
 MAX_PRESENTED = 8
 EMBED_DIM = 384
+MAX_QUERY_TOKENS = 32  # policy_search query tokens (SPEC §9.4)
 
 # Keyed-draw streams (SPEC §12).
 STREAM = {

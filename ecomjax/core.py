@@ -6,6 +6,8 @@ episode is absorbing: further steps change nothing and pay nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 
@@ -14,7 +16,6 @@ from ecomjax import difficulty as D
 from ecomjax import reward as R
 from ecomjax.catalog.types import Catalog
 from ecomjax.customer import opening, reply
-from ecomjax.envs.cart.verifier import verify_cart
 from ecomjax.reward import answer_ids
 from ecomjax.shocks import apply_shocks
 from ecomjax.tools.execute import mark_seen, run_tools
@@ -31,9 +32,11 @@ from ecomjax.types import (
     SearchResults,
     TimeStep,
     empty_answer,
+    empty_answer_fields,
     empty_results,
     zero_reward,
 )
+from ecomjax.verify import ALL_FAMILIES, score
 from ecomjax.world import init_world, record_uses, safe
 
 TM = C.Termination
@@ -53,6 +56,13 @@ def _init_dialogue(problem: Problem) -> Dialogue:
         had_correct=jnp.bool_(False),
         frustration=jnp.int32(0),
         done_emitted=jnp.bool_(False),
+        introduced=jnp.zeros(C.MAX_SUBGOALS, bool).at[0].set(True),
+        addressed=jnp.zeros(C.MAX_SUBGOALS, bool),
+        interrupted=jnp.zeros(C.MAX_SUBGOALS, bool),
+        active=jnp.int32(0),
+        sub_answers=empty_answer_fields((C.MAX_SUBGOALS,)),
+        ret_confirmed=jnp.zeros(C.MAX_RETURNS, bool),
+        last_ret_issue=jnp.zeros(C.N_RET_ISSUES, bool),
         answer=empty_answer(),
         has_answer=jnp.bool_(False),
         turn=jnp.int32(0),
@@ -107,10 +117,14 @@ def reset(
     key: jax.Array, catalog: Catalog, problem: Problem, params: EnvParams
 ) -> tuple[EpisodeState, TimeStep]:
     """The episode before turn 1: the opening INFORM is the first observation's reply."""
+    world = init_world(catalog.n_products)
+    # SPEC §8.2: the SUB original is out of stock in every tool from the start.
+    gone = jnp.where(problem.sub_original >= 0, problem.sub_original, catalog.n_products)
+    world = world.replace(oos=world.oos.at[gone].set(True, mode="drop"))
     state = EpisodeState(
         key=key,
         problem=problem,
-        world=init_world(catalog.n_products),
+        world=world,
         dialogue=_init_dialogue(problem),
         reward=zero_reward(),
     )
@@ -120,27 +134,32 @@ def reset(
     return state, ts
 
 
-def verify(catalog: Catalog, state: EpisodeState, params: EnvParams) -> RewardInfo:
-    """Scores a terminated episode from its final world and latest stored answer (§7)."""
+def verify(
+    catalog: Catalog,
+    state: EpisodeState,
+    params: EnvParams,
+    families: Sequence[int] = ALL_FAMILIES,
+) -> RewardInfo:
+    """Scores a terminated episode from its final world and latest stored answer (§7).
+    ``families`` (static) names the families that may occur, so a one-family batch traces
+    only its own verifier."""
     p, w, dlg = state.problem, state.world, state.dialogue
     hard = dlg.hard_fail
-    r_task, is_correct, f1 = verify_cart(p, w, dlg.req_final)
-    # Families other than CART join this dispatch as they land; until then they score -1.
-    is_cart = p.env == C.Env.CART
-    r_task = jnp.where(is_cart, r_task, -1.0)
-    is_correct = is_cart & is_correct
+    sc = score(catalog, p, w, dlg, families)
     r_eff = R.efficiency(dlg.turn, dlg.t_user, p.t_max).astype(jnp.float32)
     r_hall = R.hallucination(w, dlg).astype(jnp.float32)
     failed = hard != HF.NONE
     zero = jnp.float32(0.0)
+    is_cart = p.env == C.Env.CART
     return RewardInfo(
-        r_total=R.compose(r_task, r_eff, r_hall, hard, params),
-        r_task=jnp.where(failed, zero, r_task),
+        r_total=R.compose(sc.r_task, r_eff, r_hall, hard, params),
+        r_task=jnp.where(failed, zero, sc.r_task),
         r_eff=jnp.where(failed, zero, r_eff),
         r_hall=jnp.where(failed, zero, r_hall),
-        is_correct=~failed & is_correct,
+        is_correct=~failed & sc.is_correct,
         hard_fail=hard,
-        f1=jnp.where(failed, zero, f1),
+        f1=jnp.where(failed | ~is_cart, zero, sc.detail[0]),
+        detail=jnp.where(failed, jnp.zeros_like(sc.detail), sc.detail),
     )
 
 
@@ -160,9 +179,17 @@ def _safety_violation(catalog: Catalog, state: EpisodeState) -> jax.Array:
 def _store_answer(dlg: Dialogue, world, action: Action):
     ans = action.answer
     world = record_uses(world, answer_ids(ans), ans.present)
+    # JOURNEY scores each sub-goal's latest non-null entry across all stored answers.
+    fresh = ans.present & (ans.sub.env != -1)  # [MAX_SUBGOALS]
+    sub_answers = jax.tree_util.tree_map(
+        lambda n, o: jnp.where(fresh.reshape(fresh.shape + (1,) * (n.ndim - 1)), n, o),
+        ans.sub,
+        dlg.sub_answers,
+    )
     dlg = dlg.replace(
         answer=jax.tree_util.tree_map(lambda n, o: jnp.where(ans.present, n, o), ans, dlg.answer),
         has_answer=dlg.has_answer | ans.present,
+        sub_answers=sub_answers,
     )
     return dlg, world
 
@@ -173,9 +200,12 @@ def step(
     action: Action,
     params: EnvParams,
     search: SearchResults | None = None,
+    families: Sequence[int] = ALL_FAMILIES,
 ) -> tuple[EpisodeState, TimeStep]:
     """One agent turn. ``search`` may be resolved beforehand (batch-skippable stage or the
-    host's FAISS); otherwise the device retrieval runs here.
+    host's FAISS); otherwise the device retrieval runs here. ``families`` (static) are the
+    families the batch may hold; an empty tuple skips scoring, for drivers that verify
+    per family slice after the episode (``verify``).
 
     There is no step key: every draw comes from the episode key (SPEC §12), so the same
     seed and action sequence replay bit-identically."""
@@ -209,7 +239,19 @@ def step(
     shocked_items = shocked_items & live
     # 7. The customer's reply.
     pending_done = action.answer.present & ~action.answer.done & (p.env != C.Env.JOURNEY)
-    rep = reply(catalog, p, world, dlg, scratch, action, shocked_items, pending_done)
+    rep = reply(
+        catalog,
+        p,
+        state.world,
+        world,
+        dlg,
+        scratch,
+        action,
+        shocked_items,
+        pending_done,
+        state.key,
+        params,
+    )
     dlg = jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), rep.dialogue, dlg)
     act = jax.tree_util.tree_map(lambda a: jnp.where(live, a, jnp.zeros_like(a)), rep.act)
     quit_ = live & rep.quit
@@ -234,7 +276,7 @@ def step(
     )
     termination = dlg.termination
     new = new.replace(dialogue=dlg)
-    reward = verify(catalog, new, params)
+    reward = verify(catalog, new, params, families) if families else zero_reward()
     new = new.replace(
         reward=jax.tree_util.tree_map(lambda a, b: jnp.where(ended, a, b), reward, zero_reward())
     )

@@ -15,8 +15,10 @@ from flax import struct
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
 from ecomjax.envs.cart.customer import CartFeedback, cart_feedback
+from ecomjax.envs.journey.agenda import Agenda, agenda
+from ecomjax.envs.returns.customer import ReturnFeedback, return_feedback
 from ecomjax.tools.execute import TurnScratch
-from ecomjax.types import Action, Dialogue, Problem, UserAct, World, empty_user_act
+from ecomjax.types import Action, Dialogue, EnvParams, Problem, UserAct, World, empty_user_act
 from ecomjax.world import safe
 
 S = C.Slot
@@ -58,7 +60,8 @@ _APPLICABLE_SETS = {
         *_CONSTRAINT_SLOTS,
     ),
     C.Env.STATUS: (S.ORDER_REFERENCE,),
-    C.Env.POLICY: (S.TOPIC, *_POLICY_SLOTS),
+    # quantity and return_method are policy facts in POLICY (SPEC §10.1 scope).
+    C.Env.POLICY: (S.TOPIC, S.QUANTITY, S.RETURN_METHOD, *_POLICY_SLOTS),
     C.Env.BUNDLE: (S.ITEMS, S.BUDGET),
     C.Env.JOURNEY: (),
 }
@@ -77,12 +80,23 @@ class Reply:
     quit: jax.Array  # bool
 
 
-def _clarify(problem: Problem, dlg: Dialogue, scratch: TurnScratch, env: jax.Array):
+def cart_row(problem: Problem) -> jax.Array:
+    """The sub-goal row that holds CART's item slots (0 outside JOURNEY)."""
+    is_journey = problem.env == C.Env.JOURNEY
+    return jnp.where(is_journey, jnp.argmax(problem.sub_env == C.Env.CART), 0)
+
+
+def sub_env(problem: Problem, sub: jax.Array) -> jax.Array:
+    """The family of sub-goal ``sub`` (the episode's env outside JOURNEY)."""
+    return jnp.where(problem.env == C.Env.JOURNEY, problem.sub_env[sub], problem.env)
+
+
+def _clarify(problem: Problem, dlg: Dialogue, scratch: TurnScratch, sub: jax.Array):
     """(slot_status [N_SLOTS], revealed [MAX_ITEMS, N_SLOTS], n_revealed)."""
-    sub = jnp.maximum(scratch.ask_subgoal, 0)
+    env = sub_env(problem, sub)
     asked = scratch.ask_slots & scratch.ask_any
-    applicable = jnp.asarray(APPLICABLE)[env]
-    defaulted = jnp.asarray(_DEFAULTED)[env]
+    applicable = jnp.asarray(APPLICABLE)[jnp.clip(env, 0, len(C.Env) - 1)] & (env >= 0)
+    defaulted = jnp.asarray(_DEFAULTED)[jnp.clip(env, 0, len(C.Env) - 1)]
     is_cart = env == C.Env.CART
     # CART asks are scoped to items; other envs keep their slots on item row 0.
     scope = jnp.where(is_cart, scratch.ask_items, jnp.arange(C.MAX_ITEMS) == 0)
@@ -96,6 +110,55 @@ def _clarify(problem: Problem, dlg: Dialogue, scratch: TurnScratch, env: jax.Arr
     status = jnp.where(asked & applicable & not_mine, CS.NOT_MINE, status).astype(jnp.int32)
     revealed = dlg.pending[sub] & asked[None, :] & applicable[None, :] & scope[:, None]
     return status, revealed, revealed.sum()
+
+
+# Slots that name the episode's reference product (ref_form / ref_key), per family.
+_REF_SLOTS = (S.ORIGINAL, S.ITEMS, S.ORDER_REFERENCE)
+
+
+def _slot_payload(problem: Problem, sub: jax.Array, stated: jax.Array) -> dict:
+    """UserAct fields that state ``stated`` [N_SLOTS] slots of sub-goal ``sub``."""
+    env = sub_env(problem, sub)
+    ms = C.MAX_SUBGOALS
+    rows = jnp.arange(ms) == sub
+    stated = stated & (env != C.Env.CART)
+    slot_stated = rows[:, None] & stated[None, :]
+    ref = stated[jnp.array(_REF_SLOTS)].any() & (problem.ref_form[sub] > 0)
+    cats = jnp.where((env == C.Env.BUNDLE) & stated[S.ITEMS], problem.bundle_cats, -1)
+    facts = (env == C.Env.POLICY) & stated[S.TOPIC]
+    return {
+        "slot_stated": slot_stated,
+        "slot_value": jnp.where(slot_stated, problem.slot_value, 0.0),
+        "slot_op": jnp.where(slot_stated, problem.slot_op, 0),
+        "ref_form": jnp.where(rows & ref, problem.ref_form, 0),
+        "ref_key": jnp.where(rows & ref, problem.ref_key, -1),
+        "cats": cats,
+        "fact_field": jnp.where(facts, problem.pol_fact_field, -1),
+        "fact_value": jnp.where(facts & (problem.pol_fact_field >= 0), problem.pol_fact_value, 0.0),
+    }
+
+
+def _merge_payload(a: dict, b: dict) -> dict:
+    """Two statements in one reply (a CLARIFY and a SWITCH): union of stated values."""
+    out = {}
+    for k in a:
+        if k in ("slot_stated",):
+            out[k] = a[k] | b[k]
+        elif k in ("slot_value", "slot_op"):
+            out[k] = jnp.where(b["slot_stated"], b[k], a[k])
+        elif k == "ref_form":
+            out[k] = jnp.where(b[k] > 0, b[k], a[k])
+        elif k == "ref_key":
+            out[k] = jnp.where(b["ref_form"] > 0, b[k], a[k])
+        else:  # cats, facts: -1 padded lists; only one family states them
+            field = "fact_field" if k == "fact_value" else k
+            out[k] = jnp.where((b[field] >= 0).any(), b[k], a[k])
+    return out
+
+
+def _opening_stated(problem: Problem, pending: jax.Array, sub: jax.Array) -> jax.Array:
+    """bool [N_SLOTS]: the critical slots plus the non-pending non-critical ones."""
+    return problem.has_slot[sub, 0] & ~pending[sub, 0]
 
 
 def required_variant_value(problem: Problem) -> jax.Array:
@@ -118,71 +181,124 @@ def _includes(
 def reply(
     catalog: Catalog,
     problem: Problem,
+    world_before: World,
     world: World,
     dlg: Dialogue,
     scratch: TurnScratch,
     action: Action,
     shocked_items: jax.Array,
     stored_pending_done: jax.Array,
+    key: jax.Array,
+    params: EnvParams,
 ) -> Reply:
-    """The customer's reply after a non-terminal turn (SPEC §10.2, §10.3)."""
-    env = problem.env
-    is_cart = env == C.Env.CART
-    status, revealed, n_revealed = _clarify(problem, dlg, scratch, env)
-    clarify = scratch.ask_any
-    fb: CartFeedback = cart_feedback(problem, world, dlg, scratch, action.present, shocked_items)
+    """The customer's reply after a non-terminal turn (SPEC §10.2, §10.3).
 
-    inform_update = is_cart & fb.update.any()
-    confirm = is_cart & fb.confirm
-    correct = is_cart & fb.correct
-    done = stored_pending_done & ~dlg.done_emitted
-    user_caused = (clarify & (n_revealed > 0)) | (confirm & fb.confirm_new)
+    ``world_before`` is the world before this turn's calls (RETURN judges the returns the
+    turn created); ``key`` is the episode key (JOURNEY's SWITCH draw)."""
+    env = problem.env
+    is_journey = env == C.Env.JOURNEY
+    sub = jnp.where(scratch.ask_subgoal >= 0, scratch.ask_subgoal, dlg.active)
+    sub = jnp.clip(sub, 0, C.MAX_SUBGOALS - 1)
+    status, revealed, n_revealed = _clarify(problem, dlg, scratch, sub)
+    clarify = scratch.ask_any
+    # CART feedback: the CART env, or a JOURNEY once its CART sub-goal is introduced.
+    crow = cart_row(problem)
+    has_cart = (env == C.Env.CART) | (is_journey & (problem.sub_env == C.Env.CART).any())
+    cart_on = has_cart & dlg.introduced[crow]
+    # Presentations are judged while the CART sub-goal is the one being talked about.
+    present = jnp.where(cart_on & (~is_journey | (dlg.active == crow)), action.present, -1)
+    fb: CartFeedback = cart_feedback(problem, world, dlg, scratch, present, shocked_items)
+    rfb: ReturnFeedback = return_feedback(catalog, problem, world_before, world, dlg, scratch)
+    has_ret = (env == C.Env.RETURN) | (is_journey & (problem.sub_env == C.Env.RETURN).any())
+    rrow = jnp.where(is_journey, jnp.argmax(problem.sub_env == C.Env.RETURN), 0)
+    ret_on = has_ret & dlg.introduced[rrow]
+
+    inform_update = cart_on & fb.update.any()
+    confirm = (cart_on & fb.confirm) | (ret_on & rfb.confirm)
+    cart_correct = cart_on & fb.correct
+    ret_correct = ret_on & rfb.correct & ~(cart_on & fb.correct)
+    correct = cart_correct | ret_correct
+    confirm_new = (cart_on & fb.confirm & fb.confirm_new) | (ret_on & rfb.confirm_new)
+
+    # JOURNEY agenda (SPEC §8.8); outside JOURNEY, DONE follows a stored done=false answer.
+    ag: Agenda = agenda(problem, dlg, action, key, params)
+    switch = is_journey & ag.switch
+    done = jnp.where(is_journey, ag.done, stored_pending_done) & ~dlg.done_emitted
+    user_caused = (clarify & (n_revealed > 0)) | (confirm & confirm_new) | switch
 
     # Frustration (§10.3): resets win over increments within one reply.
-    n_issues = _issue_count(fb.item_issue, fb.extra_pid)
-    prev_n = _issue_count(dlg.last_issue, dlg.last_extra)
-    repeats = (
-        correct
-        & dlg.had_correct
-        & _includes(fb.item_issue, fb.extra_pid, dlg.last_issue, dlg.last_extra)
+    n_issues = jnp.where(cart_correct, _issue_count(fb.item_issue, fb.extra_pid), rfb.issues.sum())
+    prev_n = jnp.where(
+        dlg.last_ret_issue.any(),
+        dlg.last_ret_issue.sum(),
+        _issue_count(dlg.last_issue, dlg.last_extra),
     )
+    cart_repeats = _includes(fb.item_issue, fb.extra_pid, dlg.last_issue, dlg.last_extra)
+    ret_repeats = (~dlg.last_ret_issue | rfb.issues).all()
+    repeats = correct & dlg.had_correct & jnp.where(cart_correct, cart_repeats, ret_repeats)
     fewer = correct & dlg.had_correct & (n_issues < prev_n)
-    reset = confirm | (clarify & (n_revealed > 0)) | fewer
+    reset = confirm | (clarify & (n_revealed > 0)) | fewer | switch
     inc = repeats.astype(jnp.int32) + (clarify & (n_revealed == 0)).astype(jnp.int32)
     frustration = jnp.where(reset, 0, dlg.frustration + inc)
     quit_ = frustration >= 3
 
     # Pending values leave the pending set once revealed (CLARIFY, CORRECT, INFORM-update).
-    sub = jnp.maximum(scratch.ask_subgoal, 0)
     pending = dlg.pending.at[sub].set(dlg.pending[sub] & ~revealed)
     cart_reveal = jnp.zeros((C.MAX_ITEMS, C.N_SLOTS), bool)
-    cart_reveal = cart_reveal.at[:, S.VARIANT].set(is_cart & correct & fb.reveal_var)
+    cart_reveal = cart_reveal.at[:, S.VARIANT].set(cart_correct & fb.reveal_var)
     cart_reveal = cart_reveal.at[:, S.QUANTITY].set(
-        is_cart & (fb.reveal_qty & (correct | fb.update))
+        cart_on & (fb.reveal_qty & (cart_correct | fb.update))
     )
-    pending = pending.at[0].set(pending[0] & ~cart_reveal)
+    pending = pending.at[crow].set(pending[crow] & ~cart_reveal)
+    ret_reveal = ret_correct & rfb.reveal
+    pending = pending.at[rrow, 0].set(pending[rrow, 0] & ~ret_reveal)
 
     acts = jnp.zeros(C.N_ACTS, bool)
     acts = acts.at[A.INFORM_UPDATE].set(inform_update)
     acts = acts.at[A.CLARIFY].set(clarify)
     acts = acts.at[A.CONFIRM].set(confirm)
     acts = acts.at[A.CORRECT].set(correct)
+    acts = acts.at[A.SWITCH].set(switch)
     acts = acts.at[A.DONE].set(done)
     acts = acts.at[A.ACK].set(~acts.any())
     acts = jnp.where(quit_, jnp.zeros_like(acts).at[A.QUIT].set(True), acts)
 
+    # Slot values stated: CLARIFY (asked, applicable, in the goal), the RETURN CORRECT's
+    # revealed values, and a SWITCH's sub-goal opening.
+    asked = scratch.ask_slots & clarify
+    applicable = status != CS.NOT_UNDERSTOOD
+    stated = asked & applicable & problem.has_slot[sub, 0]
+    payload = _slot_payload(problem, sub, stated)
+    ret_stated = ret_reveal & problem.has_slot[rrow, 0]
+    payload = _merge_payload(payload, _slot_payload(problem, rrow, ret_stated))
+    intro = switch & ag.intro
+    switch_to = jnp.clip(ag.target, 0, C.MAX_SUBGOALS - 1)
+    pend_for_switch = jnp.where(intro, problem.pending, pending)
+    sw_stated = switch & _opening_stated(problem, pend_for_switch, switch_to)
+    payload = _merge_payload(payload, _slot_payload(problem, switch_to, sw_stated))
+
     # Item payload (CART): what this reply states about each item.
     valid = problem.item_pid >= 0
-    ask_var = clarify & scratch.ask_slots[S.VARIANT]
-    ask_qty = clarify & scratch.ask_slots[S.QUANTITY]
-    ask_items = clarify & (scratch.ask_slots[S.ITEMS] | ask_var | ask_qty)
+    cart_sub = sub_env(problem, sub) == C.Env.CART
+    ask_var = clarify & cart_sub & scratch.ask_slots[S.VARIANT]
+    ask_qty = clarify & cart_sub & scratch.ask_slots[S.QUANTITY]
+    ask_items = clarify & cart_sub & (scratch.ask_slots[S.ITEMS] | ask_var | ask_qty)
     in_scope = scratch.ask_items & valid
-    state_var = (ask_var & in_scope & problem.item_var_req) | (correct & fb.reveal_var)
-    state_qty = (ask_qty & in_scope) | (correct & fb.reveal_qty) | fb.update
-    mentioned = (ask_items & in_scope) | fb.update | (fb.item_issue != 0) | fb.item_confirm
-    mentioned = is_cart & valid & mentioned
+    cart_intro = switch & (switch_to == crow) & has_cart
+    show_qty_sw = cart_intro & (problem.item_qty > 1) & ~pend_for_switch[crow, :, S.QUANTITY]
+    show_var_sw = cart_intro & problem.item_var_req & ~pend_for_switch[crow, :, S.VARIANT]
+    state_var = (ask_var & in_scope & problem.item_var_req) | (cart_correct & fb.reveal_var)
+    state_var = state_var | show_var_sw
+    # Items sold out before the CART sub-goal was introduced: its opening says so.
+    update_at_intro = cart_intro & valid & (fb.req_final < problem.item_qty)
+    item_update = (cart_on & fb.update) | update_at_intro
+    state_qty = (ask_qty & in_scope) | (cart_correct & fb.reveal_qty) | item_update
+    state_qty = state_qty | show_qty_sw
+    mentioned = (ask_items & in_scope) | (cart_on & (fb.update | fb.item_confirm))
+    mentioned = mentioned | (cart_correct & (fb.item_issue != 0)) | cart_intro
+    mentioned = has_cart & valid & mentioned
     var_value = required_variant_value(problem)
-    extra = fb.extra_pid
+    extra = jnp.where(cart_correct | (cart_on & fb.correct), fb.extra_pid, -1)
     act = empty_user_act().replace(
         acts=acts,
         user_caused=user_caused & ~quit_,
@@ -193,31 +309,47 @@ def reply(
         item_var_attr=jnp.where(mentioned & state_var, problem.item_var_attr, -1),
         item_var_value=jnp.where(mentioned & state_var, var_value, 0.0),
         item_var_nopref=mentioned & ask_var & in_scope & ~problem.item_var_req,
-        item_update=is_cart & fb.update,
-        item_issue=jnp.where(is_cart & correct, fb.item_issue, 0),
-        item_confirm=is_cart & fb.item_confirm,
-        cart_confirm=is_cart & fb.cart_confirm,
+        item_update=item_update,
+        item_issue=jnp.where(cart_correct, fb.item_issue, 0),
+        item_confirm=cart_on & fb.item_confirm,
+        cart_confirm=cart_on & fb.cart_confirm,
         extra_form=jnp.where(extra >= 0, catalog.desc_form[safe(extra)].astype(jnp.int32), 0),
         extra_key=jnp.where(extra >= 0, _desc_key(catalog, extra), -1),
-        extra_kind=jnp.where(is_cart & correct, fb.extra_kind, 0),
+        extra_kind=jnp.where(cart_correct, fb.extra_kind, 0),
         slot_status=jnp.where(clarify, status, 0),
+        subgoal=sub,
+        active=jnp.where(is_journey, ag.active, 0),
+        switch_intro=intro,
+        intro_env=jnp.where(switch, sub_env(problem, switch_to), -1),
+        ret_issue=ret_correct & rfb.issues,
+        ret_confirm=ret_on & rfb.confirm,
+        **payload,
     )
     act = jax.tree_util.tree_map(
         lambda q, a: jnp.where(quit_, q, a),
-        empty_user_act().replace(acts=acts),
+        empty_user_act().replace(acts=acts, active=act.active),
         act,
     )
     new_dlg = dlg.replace(
         pending=pending,
-        req_final=jnp.where(is_cart, fb.req_final, dlg.req_final),
-        presented=jnp.where(is_cart, fb.presented, dlg.presented),
-        confirmed_fp=jnp.where(is_cart, fb.confirmed_fp, dlg.confirmed_fp),
-        n_confirmed=jnp.where(is_cart, fb.n_confirmed, dlg.n_confirmed),
-        last_issue=jnp.where(correct, fb.item_issue, dlg.last_issue),
-        last_extra=jnp.where(correct, fb.extra_pid, dlg.last_extra),
+        # A shock lowers the requirement even before CART is introduced (SPEC §6).
+        req_final=jnp.where(has_cart, fb.req_final, dlg.req_final),
+        presented=jnp.where(cart_on, fb.presented, dlg.presented),
+        confirmed_fp=jnp.where(cart_on, fb.confirmed_fp, dlg.confirmed_fp),
+        n_confirmed=jnp.where(cart_on, fb.n_confirmed, dlg.n_confirmed),
+        last_issue=jnp.where(cart_correct, fb.item_issue, jnp.where(correct, 0, dlg.last_issue)),
+        last_extra=jnp.where(cart_correct, fb.extra_pid, jnp.where(correct, -1, dlg.last_extra)),
+        last_ret_issue=jnp.where(
+            ret_correct, rfb.issues, jnp.where(correct, False, dlg.last_ret_issue)
+        ),
+        ret_confirmed=jnp.where(ret_on, rfb.ret_confirmed, dlg.ret_confirmed),
         had_correct=dlg.had_correct | correct,
         frustration=frustration,
         done_emitted=dlg.done_emitted | done,
+        introduced=jnp.where(is_journey, ag.introduced, dlg.introduced),
+        addressed=jnp.where(is_journey, ag.addressed, dlg.addressed),
+        interrupted=jnp.where(is_journey, ag.interrupted, dlg.interrupted),
+        active=jnp.where(is_journey, ag.active, dlg.active),
     )
     return Reply(act=act, dialogue=new_dlg, quit=quit_)
 
@@ -231,20 +363,28 @@ def _desc_key(catalog: Catalog, pid: jax.Array) -> jax.Array:
 
 
 def opening(problem: Problem) -> UserAct:
-    """The opening INFORM: critical slots plus the non-omitted non-critical ones."""
+    """The opening INFORM: critical slots plus the non-omitted non-critical ones. In
+    JOURNEY it introduces sub-goal 0 ("I have {L} things to sort out today. First: ...")."""
     valid = problem.item_pid >= 0
-    is_cart = problem.env == C.Env.CART
-    pend_qty = problem.pending[0, :, S.QUANTITY]
-    pend_var = problem.pending[0, :, S.VARIANT]
-    show_qty = valid & (problem.item_qty > 1) & ~pend_qty
-    show_var = valid & problem.item_var_req & ~pend_var
+    crow = cart_row(problem)
+    is_journey = problem.env == C.Env.JOURNEY
+    cart_first = (problem.env == C.Env.CART) | (is_journey & (problem.sub_env[0] == C.Env.CART))
+    pend_qty = problem.pending[crow, :, S.QUANTITY]
+    pend_var = problem.pending[crow, :, S.VARIANT]
+    show_qty = cart_first & valid & (problem.item_qty > 1) & ~pend_qty
+    show_var = cart_first & valid & problem.item_var_req & ~pend_var
     var_value = required_variant_value(problem)
+    sub0 = jnp.int32(0)
+    payload = _slot_payload(problem, sub0, _opening_stated(problem, problem.pending, sub0))
     return empty_user_act().replace(
         acts=jnp.zeros(C.N_ACTS, bool).at[A.INFORM].set(True),
-        item_valid=is_cart & valid,
-        item_desc_form=jnp.where(valid, problem.item_desc_form, 0),
-        item_desc_key=jnp.where(valid, problem.item_desc_key, -1),
+        item_valid=cart_first & valid,
+        item_desc_form=jnp.where(cart_first & valid, problem.item_desc_form, 0),
+        item_desc_key=jnp.where(cart_first & valid, problem.item_desc_key, -1),
         item_qty=jnp.where(show_qty, problem.item_qty, -1),
         item_var_attr=jnp.where(show_var, problem.item_var_attr, -1),
         item_var_value=jnp.where(show_var, var_value, 0.0),
+        intro_env=sub_env(problem, sub0),
+        n_subgoals=jnp.where(is_journey, (problem.sub_env >= 0).sum(), 0).astype(jnp.int32),
+        **payload,
     )

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import NamedTuple
 
 from ecomjax import constants as C
-from ecomjax.envs.cart.generator import generate as cart_generate
+
+# env -> the package under ecomjax.envs that holds its generator, verifier and oracle.
+PACKAGES: dict[C.Env, str] = {
+    C.Env.PD: "pd",
+    C.Env.SUB: "sub",
+    C.Env.CART: "cart",
+    C.Env.RETURN: "returns",
+    C.Env.STATUS: "status",
+    C.Env.POLICY: "policy",
+    C.Env.BUNDLE: "bundle",
+    C.Env.JOURNEY: "journey",
+}
 
 
 class Family(NamedTuple):
@@ -15,9 +27,23 @@ class Family(NamedTuple):
     generate: Callable  # (key, catalog, d, params) -> Problem
 
 
-FAMILIES: dict[str, Family] = {
-    "CART": Family("CART", C.Env.CART, cart_generate),
-}
+def module(env: C.Env, part: str):
+    """``ecomjax.envs.<family>.<part>`` (generator, verifier, oracle, ...)."""
+    return importlib.import_module(f"ecomjax.envs.{PACKAGES[C.Env(env)]}.{part}")
+
+
+def _landed() -> dict[str, Family]:
+    out = {}
+    for env in C.Env:
+        try:
+            gen = module(env, "generator").generate
+        except (ModuleNotFoundError, AttributeError):
+            continue
+        out[env.name] = Family(env.name, env, gen)
+    return out
+
+
+FAMILIES: dict[str, Family] = _landed()
 
 
 def family(name: str) -> Family:

@@ -19,16 +19,17 @@ import numpy as np
 from ecomjax import constants as C
 from ecomjax import curriculum as cur
 from ecomjax.agents import AGENTS
+from ecomjax.agents.oracle import make_oracle
 from ecomjax.catalog.synthetic import generate_catalog
 from ecomjax.catalog.types import Catalog
 from ecomjax.registry import family, resolve_tasks
-from ecomjax.rollout import run_batch
+from ecomjax.rollout import run_plan, slices
 from ecomjax.types import EnvParams
 
 
 @dataclass
 class RunConfig:
-    tasks: str = "C1"
+    tasks: str = "C8"
     agent: str = "oracle"
     batch: int = 4096
     rounds: int = 10
@@ -90,18 +91,19 @@ class RunResult:
         }
 
 
-def _make_round(
-    catalog: Catalog, generate, agent, params: EnvParams, cfg, mode: str, batch: int
-) -> Callable:
-    """One round for one task: sample d, play ``batch`` episodes, update the curriculum."""
+def _make_round(catalog: Catalog, plan, agent, params: EnvParams, cfg, mode: str) -> Callable:
+    """One round over a mixed batch: sample d per episode from its task's window, play
+    every slice at once, update every task's curriculum. One compile for all tasks."""
+    task_ids = np.concatenate([np.full(n, i, np.int32) for i, (_, n) in enumerate(plan)])
+    batch = int(task_ids.shape[0])
 
-    def round_fn(cstate, key, task_id, first_episode, fixed_d, use_fixed):
+    def round_fn(cstate, key, first_episode, fixed_d, use_fixed):
         idx = first_episode + jnp.arange(batch, dtype=jnp.int32)
-        tasks = jnp.full(idx.shape, task_id, jnp.int32)
+        tasks = jnp.asarray(task_ids)
         sampled = cur.sample(key, cstate, tasks, idx, cfg)
         d = jnp.where(use_fixed, fixed_d, sampled)
         keys = jax.vmap(lambda e: jax.random.fold_in(key, e))(idx)
-        res = run_batch(catalog, keys, d, generate, agent, params)
+        res = run_plan(catalog, keys, d, plan, agent, params)
         r = res.state.reward
         cstate = cur.update(cstate, tasks, d, r.is_correct, None, cfg, mode=mode)
         cols = jnp.stack(
@@ -110,6 +112,13 @@ def _make_round(
         return cstate, d, cols, res.env_steps
 
     return round_fn
+
+
+def make_plan(tasks: tuple[str, ...], batch: int) -> tuple[tuple[str, int], ...]:
+    """Fixed per-batch quotas (SPEC §3 allows them): an equal share per task, the
+    remainder to the first tasks."""
+    q, r = divmod(batch, len(tasks))
+    return tuple((t, q + (i < r)) for i, t in enumerate(tasks) if q + (i < r) > 0)
 
 
 def run(
@@ -132,43 +141,41 @@ def run(
     )
     params = EnvParams()
     agent = AGENTS[cfg.agent]
-    per_task = max(1, cfg.batch // len(tasks))
+    if cfg.agent == "oracle":  # only the plans of the families in this run
+        agent = make_oracle(tuple(family(t).env for t in tasks))
+    if cfg.batch < len(tasks):
+        raise ValueError(f"batch {cfg.batch} is smaller than the number of tasks {len(tasks)}")
+    plan = make_plan(tasks, cfg.batch)
     cstate = cur.init(len(tasks))
     stats = {t: TaskStats() for t in tasks}
-    fns = {}
-    compile_s = 0.0
-    for ti, name in enumerate(tasks):
-        fn = jax.jit(
-            _make_round(catalog, family(name).generate, agent, params, ccfg, mode, per_task)
-        )
-        t0 = time.perf_counter()
-        fns[name] = fn.lower(
-            cstate, jax.random.key(0), jnp.int32(ti), jnp.int32(0), jnp.int32(0), jnp.bool_(False)
-        ).compile()
-        compile_s += time.perf_counter() - t0
+    fn = jax.jit(_make_round(catalog, plan, agent, params, ccfg, mode))
+    t0 = time.perf_counter()
+    fn = fn.lower(cstate, jax.random.key(0), jnp.int32(0), jnp.int32(0), jnp.bool_(False)).compile()
+    compile_s = time.perf_counter() - t0
     seconds, episodes, steps, counter = 0.0, 0, 0, 0
     history = []
     base = jax.random.key(cfg.seed)
     fixed = cfg.difficulty if cfg.difficulty is not None else 0
+    bounds = [(name, a, b) for name, a, b in slices(plan)]
     for rnd in range(cfg.rounds):
-        for ti, name in enumerate(tasks):
-            key = jax.random.fold_in(jax.random.fold_in(base, rnd), ti)
-            t0 = time.perf_counter()
-            out = fns[name](
-                cstate,
-                key,
-                jnp.int32(ti),
-                jnp.int32(counter),
-                jnp.int32(fixed),
-                jnp.bool_(cfg.difficulty is not None),
-            )
-            out = jax.block_until_ready(out)
-            seconds += time.perf_counter() - t0
-            cstate, d, cols, n_steps = out
-            stats[name].add(np.asarray(d), np.asarray(cols, np.float64))
-            episodes += per_task
-            steps += int(n_steps)
-            counter += per_task
+        key = jax.random.fold_in(base, rnd)
+        t0 = time.perf_counter()
+        out = fn(
+            cstate,
+            key,
+            jnp.int32(counter),
+            jnp.int32(fixed),
+            jnp.bool_(cfg.difficulty is not None),
+        )
+        out = jax.block_until_ready(out)
+        seconds += time.perf_counter() - t0
+        cstate, d, cols, n_steps = out
+        d, cols = np.asarray(d), np.asarray(cols, np.float64)
+        for name, a, b in bounds:
+            stats[name].add(d[a:b], cols[a:b])
+        episodes += cfg.batch
+        steps += int(n_steps)
+        counter += cfg.batch
         lo, hi = cur.window(cstate, ccfg)
         history.append({t: (int(lo[i]), int(hi[i])) for i, t in enumerate(tasks)})
         if progress is not None:

@@ -43,15 +43,86 @@ def in_category(catalog: Catalog, cat: jax.Array) -> tuple[jax.Array, jax.Array]
     return catalog.cat_offsets[cat], catalog.cat_offsets[cat + 1]
 
 
-def base_problem(key: jax.Array, d: jax.Array, env: int, params: EnvParams) -> Problem:
-    """Fields every family shares: env, d, today (TIME), tier (ACCOUNT), T_max."""
+def base_problem(
+    key: jax.Array, d: jax.Array, env: int, params: EnvParams, catalog: Catalog | None = None
+) -> Problem:
+    """Fields every family shares: env, d, today (TIME), tier (ACCOUNT), T_max; with a
+    catalog also the non-CART visit history (6 keyed in-stock products, SPEC §5.2)."""
     diff = D.difficulty(d, params.overrides)
     today = jax.random.randint(stream(key, "TIME"), (), 0, N_TODAY)
     tier = jax.random.randint(stream(key, "ACCOUNT"), (), 0, 3)
+    history = (
+        random_history(stream(key, "HISTORY"), catalog)
+        if catalog is not None
+        else jnp.full(C.MAX_HISTORY, -1, jnp.int32)
+    )
     return empty_problem().replace(
         env=jnp.int32(env),
         d=jnp.asarray(d, jnp.int32),
         today=today,
         tier=tier,
         t_max=diff.t_max,
+        history=history,
     )
+
+
+def omission(key: jax.Array, sub: int, item: jax.Array, slot: int, p: jax.Array) -> jax.Array:
+    """One keyed draw per slot (stream OMIT, uid = 4096·subgoal + 64·item + slot)."""
+    uid = 4096 * sub + 64 * item + slot
+    return jax.random.uniform(stream(key, "OMIT", uid)) < p
+
+
+# --- shared by the generators: JOURNEY's one world ---------------------------------------
+
+N_HISTORY = 6  # non-CART visit history: 6 keyed random in-stock products (SPEC §5.2)
+
+
+def taken_products(problem: Problem) -> jax.Array:
+    """int32 [...]: products an earlier sub-goal of a JOURNEY already uses (targets,
+    originals, witnesses, order lines, protected products); -1 entries are padding."""
+    return jnp.concatenate(
+        [
+            problem.item_pid,
+            problem.pd_target[None],
+            problem.sub_original[None],
+            problem.sub_witness[None],
+            problem.ret_witness[None],
+            problem.line_pid.reshape(-1),
+            problem.protected,
+        ]
+    )
+
+
+def protect(problem: Problem, pid: jax.Array) -> Problem:
+    """Adds ``pid`` to the first free slot of ``problem.protected`` (SPEC §6)."""
+    free = problem.protected < 0
+    slot = jnp.where(free.any() & (pid >= 0), jnp.argmax(free), problem.protected.shape[0])
+    return problem.replace(protected=problem.protected.at[slot].set(pid, mode="drop"))
+
+
+def append_protected(protected: jax.Array, new: jax.Array) -> jax.Array:
+    """Writes the valid entries of ``new`` into the -1 entries of ``protected``, in order."""
+    free = protected < 0
+    rank = jnp.cumsum(free) - 1  # k-th free entry
+    valid = new >= 0
+    packed = new[jnp.argsort(~valid, stable=True)]
+    n_new = valid.sum()
+    take = free & (rank < n_new)
+    return jnp.where(take, packed[jnp.clip(rank, 0, new.shape[0] - 1)], protected)
+
+
+def random_history(key: jax.Array, catalog: Catalog) -> jax.Array:
+    """int32 [MAX_HISTORY]: the non-CART visit history, 6 keyed in-stock products."""
+    ok = lambda p: catalog.stock[p] > 0
+
+    def draw(picked, j):
+        pid = first_valid(
+            jax.random.fold_in(key, j),
+            0,
+            catalog.n_products,
+            lambda p: ok(p) & ~(picked == p).any(),
+        )
+        return picked.at[j].set(pid), None
+
+    picked, _ = jax.lax.scan(draw, jnp.full(C.MAX_HISTORY, -1, jnp.int32), jnp.arange(N_HISTORY))
+    return picked

@@ -43,6 +43,9 @@ def product_free_stock(catalog: Catalog, world: World) -> jax.Array:
     plain = (world.cart_no > 0) & (world.cart_var == -1)
     idx = jnp.where(plain, world.cart_pid, catalog.n_products)
     reserved = jnp.zeros(catalog.n_products, jnp.int32).at[idx].add(world.cart_qty, mode="drop")
+    # Active exchanges hold one unit of their new product (SPEC §5.2).
+    exch = world.ret_active & (world.exch_pid >= 0) & (world.exch_var == -1)
+    reserved = reserved.at[jnp.where(exch, world.exch_pid, catalog.n_products)].add(1, mode="drop")
     free = catalog.stock.astype(jnp.int32) - reserved
     return jnp.where(world.oos, 0, jnp.maximum(free, 0))
 

@@ -55,6 +55,34 @@ def _host(x) -> np.ndarray:
     return np.asarray(x)
 
 
+def suite_part(suite, env: str, agent: str, agents: tuple[str, ...]):
+    """(d, state) of one (family, agent) slice of a multi-agent ``run_plan`` result."""
+    from ecomjax.rollout import slices
+
+    plan, d, res = suite
+    j = agents.index(agent)
+    for (name, a, b), entry in zip(slices(plan), plan, strict=True):
+        if name == env and entry[2] == j:
+            state = jax.tree_util.tree_map(lambda x, a=a, b=b: x[a:b], res.state)
+            return np.asarray(d[a:b]), state
+    raise KeyError((env, agent))
+
+
+def check_reward_ranges(r, params: EnvParams | None = None) -> None:
+    """SPEC §13.1 over a batch of RewardInfo: every component in range, the breakdown
+    recomposes to r_total after clipping, and no hard fail is IsCorrect."""
+    p = params if params is not None else EnvParams()
+    r_total, r_task = np.asarray(r.r_total), np.asarray(r.r_task)
+    r_eff, r_hall = np.asarray(r.r_eff), np.asarray(r.r_hall)
+    hard = np.asarray(r.hard_fail) != 0
+    assert np.all(np.abs(r_total) <= 1 + 1e-6) and np.all(np.abs(r_task) <= 1 + 1e-6)
+    assert np.all(np.abs(r_eff) <= 1 + 1e-6)
+    assert np.all((r_hall <= 0) & (r_hall >= -1))
+    recomposed = np.clip(p.w_task * r_task + p.w_eff * r_eff + p.w_hall * r_hall, -1, 1)
+    np.testing.assert_allclose(np.where(hard, -1.0, recomposed), r_total, atol=1e-6)
+    assert not np.any(np.asarray(r.is_correct) & hard)
+
+
 def tree_equal(a, b) -> bool:
     """Bitwise equality of two pytrees (typed PRNG keys compare by their key data)."""
     la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)

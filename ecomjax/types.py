@@ -64,6 +64,15 @@ class Problem:
     # Slots: which goal slots exist and which start pending (omitted), per sub-goal and item.
     has_slot: jax.Array  # bool [MAX_SUBGOALS, MAX_ITEMS, N_SLOTS]
     pending: jax.Array  # bool [MAX_SUBGOALS, MAX_ITEMS, N_SLOTS]
+    # What the customer would say for each slot, per sub-goal (item row 0 for non-CART
+    # envs): a category index, a count, an enum code, a day number, cents, or a number.
+    slot_value: jax.Array  # float32 [MAX_SUBGOALS, N_SLOTS]
+    slot_op: jax.Array  # int32 [MAX_SUBGOALS, N_SLOTS], constraint op 0 eq / +1 gte / -1 lte
+    # A product the customer names by identifying description, per sub-goal (SUB original,
+    # RETURN line product, STATUS indirect reference): DescForm and key, scoped as the
+    # family says (catalog or order history).
+    ref_form: jax.Array  # int32 [MAX_SUBGOALS]
+    ref_key: jax.Array  # int32 [MAX_SUBGOALS]
     # PD / SUB / RETURN-replacement constraint sets (index 0 / 1 / 2).
     cons_attr: jax.Array  # int32 [3, MAX_CONSTRAINTS], Attr, -1 padded
     cons_op: jax.Array  # int32 [3, MAX_CONSTRAINTS], 0 eq / +1 gte / -1 lte
@@ -95,16 +104,21 @@ class Problem:
     pol_rule: jax.Array  # int32
     pol_context: jax.Array  # float32 [N_POLICY_FIELDS]
     pol_answer: jax.Array  # float32 (numeric value or categorical code)
+    pol_fact_field: jax.Array  # int32 [MAX_FACTS], distractor facts (policy field), -1 pad
+    pol_fact_value: jax.Array  # float32 [MAX_FACTS]
     # BUNDLE.
     bundle_cats: jax.Array  # int32 [MAX_BUNDLE_SLOTS], -1 padded
     budget_cents: jax.Array  # int32, -1 = no budget
     # JOURNEY.
     sub_env: jax.Array  # int32 [MAX_SUBGOALS], -1 padded
     # Products that stock shocks never touch (SPEC §6).
-    protected: jax.Array  # int32 [8]
+    protected: jax.Array  # int32 [MAX_PROTECTED]: PD target, SUB witness, RETURN witness,
+    # then (JOURNEY) the cheapest in-stock product of each BUNDLE slot
 
 
-N_POLICY_FIELDS = 17
+N_POLICY_FIELDS = 19  # the 17 policy slots, then return_method and quantity (SPEC §9.2)
+MAX_FACTS = 6  # B_branch(D_MAX) - 1 distractor facts at most
+MAX_PROTECTED = 3 + C.MAX_BUNDLE_SLOTS
 
 
 def empty_problem() -> Problem:
@@ -127,6 +141,10 @@ def empty_problem() -> Problem:
         history=_full(C.MAX_HISTORY, -1),
         has_slot=_full((ms, mi, C.N_SLOTS), False, bool),
         pending=_full((ms, mi, C.N_SLOTS), False, bool),
+        slot_value=_full((ms, C.N_SLOTS), 0.0, F32),
+        slot_op=_full((ms, C.N_SLOTS), 0),
+        ref_form=_full(ms, 0),
+        ref_key=_full(ms, -1),
         cons_attr=_full((3, C.MAX_CONSTRAINTS), -1),
         cons_op=_full((3, C.MAX_CONSTRAINTS), 0),
         cons_val=_full((3, C.MAX_CONSTRAINTS), 0.0, F32),
@@ -155,10 +173,12 @@ def empty_problem() -> Problem:
         pol_rule=I32(-1),
         pol_context=_full(N_POLICY_FIELDS, 0.0, F32),
         pol_answer=F32(0.0),
+        pol_fact_field=_full(MAX_FACTS, -1),
+        pol_fact_value=_full(MAX_FACTS, 0.0, F32),
         bundle_cats=_full(C.MAX_BUNDLE_SLOTS, -1),
         budget_cents=I32(-1),
         sub_env=_full(ms, -1),
-        protected=_full(8, -1),
+        protected=_full(MAX_PROTECTED, -1),
     )
 
 
@@ -228,6 +248,9 @@ class Action:
     flag: jax.Array  # bool [MAX_TOOL_CALLS], in_stock_only
     has_query: jax.Array  # bool [MAX_TOOL_CALLS]
     query_emb: jax.Array  # float32 [MAX_TOOL_CALLS, D], the embedded text query
+    # policy_search: the query's tokens as policy-vocabulary ids (SPEC §9.4), -1 padded;
+    # a token outside the vocabulary is -2 (it still counts in |Q|).
+    query_tokens: jax.Array  # int32 [MAX_TOOL_CALLS, MAX_QUERY_TOKENS]
     filter_disc: jax.Array  # int32 [MAX_TOOL_CALLS, N_DISC_FILTERS], -1 = no filter
     filter_num: jax.Array  # float32 [MAX_TOOL_CALLS, N_NUM_FILTERS], NaN = no filter
     slots: jax.Array  # bool [MAX_TOOL_CALLS, N_SLOTS], ask_user slots
@@ -252,6 +275,7 @@ def empty_action(embed_dim: int = C.EMBED_DIM) -> Action:
         flag=_full(b, False, bool),
         has_query=_full(b, False, bool),
         query_emb=_full((b, embed_dim), 0.0, F32),
+        query_tokens=_full((b, C.MAX_QUERY_TOKENS), -1),
         filter_disc=_full((b, C.N_DISC_FILTERS), -1),
         filter_num=_full((b, C.N_NUM_FILTERS), jnp.nan, F32),
         slots=_full((b, C.N_SLOTS), False, bool),
@@ -274,7 +298,7 @@ class SearchResults:
 # --- what the agent sees ---------------------------------------------------------------------
 
 
-SMALL_ROWS = 48  # cart lines (32), history (16), variants (4), categories (40)
+SMALL_ROWS = 64  # cart lines (32), history (16), variants (4), categories (40), order lines (60)
 
 
 @struct.dataclass
@@ -293,11 +317,24 @@ class ToolResults:
     aux: jax.Array  # int32 [B, SMALL_ROWS], cart line number; variant_count
     var_attr: jax.Array  # int32 [B, MAX_VARIANTS], Attr of each listed variant
     var_value: jax.Array  # float32 [B, MAX_VARIANTS]
+    # Order tools: per order index (-1 = not listed): status, order date, delivered or eta
+    # date, tracking number. Rows of order tools are lines: ids product, var order index,
+    # aux line index, qty line quantity.
+    ord_status: jax.Array  # int32 [B, MAX_ORDERS]
+    ord_date: jax.Array  # int32 [B, MAX_ORDERS]
+    ord_aux: jax.Array  # int32 [B, MAX_ORDERS]
+    ord_track: jax.Array  # int32 [B, MAX_ORDERS]
+    # Small per-call facts (eligibility verdict and reason, window, days, fees, return
+    # number, ...); each tool documents its layout where it fills them.
+    info: jax.Array  # float32 [B, N_INFO]
     search: SearchResults  # wide rows of catalog_search slots (-1 elsewhere)
 
 
+N_INFO = 8
+
+
 def empty_results() -> ToolResults:
-    b, s, v = C.MAX_TOOL_CALLS, SMALL_ROWS, C.MAX_VARIANTS
+    b, s, v, mo = C.MAX_TOOL_CALLS, SMALL_ROWS, C.MAX_VARIANTS, C.MAX_ORDERS
     return ToolResults(
         tool=_full(b, 0),
         error=_full(b, 0),
@@ -309,6 +346,11 @@ def empty_results() -> ToolResults:
         aux=_full((b, s), 0),
         var_attr=_full((b, v), -1),
         var_value=_full((b, v), 0.0, F32),
+        ord_status=_full((b, mo), -1),
+        ord_date=_full((b, mo), -1),
+        ord_aux=_full((b, mo), -1),
+        ord_track=_full((b, mo), -1),
+        info=_full((b, N_INFO), 0.0, F32),
         search=no_search(),
     )
 
@@ -348,10 +390,26 @@ class UserAct:
     extra_key: jax.Array  # int32 [MAX_PRESENTED]
     extra_kind: jax.Array  # int32 [MAX_PRESENTED], 0 none / 1 extra product / 2 not mine
     slot_status: jax.Array  # int32 [N_SLOTS], CLARIFY: ClarifyStatus per requested slot
+    # Slot values this reply states, per sub-goal (INFORM, CLARIFY, CORRECT, SWITCH).
+    slot_stated: jax.Array  # bool [MAX_SUBGOALS, N_SLOTS]
+    slot_value: jax.Array  # float32 [MAX_SUBGOALS, N_SLOTS]
+    slot_op: jax.Array  # int32 [MAX_SUBGOALS, N_SLOTS]
+    ref_form: jax.Array  # int32 [MAX_SUBGOALS], a product named by description (0 = none)
+    ref_key: jax.Array  # int32 [MAX_SUBGOALS]
+    cats: jax.Array  # int32 [MAX_BUNDLE_SLOTS], BUNDLE slot categories stated, -1 pad
+    fact_field: jax.Array  # int32 [MAX_FACTS], POLICY distractor facts, -1 pad
+    fact_value: jax.Array  # float32 [MAX_FACTS]
+    subgoal: jax.Array  # int32: the sub-goal the reply's CLARIFY/feedback refers to
+    active: jax.Array  # int32: JOURNEY active sub-goal after this reply (0 otherwise)
+    switch_intro: jax.Array  # bool: SWITCH introduces a new sub-goal (else resumes)
+    ret_issue: jax.Array  # bool [N_RET_ISSUES], RETURN CORRECT issues (ReturnIssue)
+    ret_confirm: jax.Array  # bool, RETURN CONFIRM
+    intro_env: jax.Array  # int32: env of the sub-goal this INFORM / SWITCH opens, else -1
+    n_subgoals: jax.Array  # int32: JOURNEY opening "I have {L} things", else 0
 
 
 def empty_user_act() -> UserAct:
-    mi, mp = C.MAX_ITEMS, C.MAX_PRESENTED
+    mi, mp, ms = C.MAX_ITEMS, C.MAX_PRESENTED, C.MAX_SUBGOALS
     return UserAct(
         acts=_full(C.N_ACTS, False, bool),
         user_caused=jnp.bool_(False),
@@ -370,7 +428,40 @@ def empty_user_act() -> UserAct:
         extra_key=_full(mp, -1),
         extra_kind=_full(mp, 0),
         slot_status=_full(C.N_SLOTS, 0),
+        slot_stated=_full((ms, C.N_SLOTS), False, bool),
+        slot_value=_full((ms, C.N_SLOTS), 0.0, F32),
+        slot_op=_full((ms, C.N_SLOTS), 0),
+        ref_form=_full(ms, 0),
+        ref_key=_full(ms, -1),
+        cats=_full(C.MAX_BUNDLE_SLOTS, -1),
+        fact_field=_full(MAX_FACTS, -1),
+        fact_value=_full(MAX_FACTS, 0.0, F32),
+        subgoal=I32(0),
+        active=I32(0),
+        switch_intro=jnp.bool_(False),
+        ret_issue=_full(C.N_RET_ISSUES, False, bool),
+        ret_confirm=jnp.bool_(False),
+        intro_env=I32(-1),
+        n_subgoals=I32(0),
     )
+
+
+N_DETAIL = 4
+
+
+@struct.dataclass
+class Score:
+    """One family verifier's verdict on one (sub-)goal."""
+
+    r_task: jax.Array  # float32 in [-1, 1]
+    is_correct: jax.Array  # bool
+    detail: jax.Array  # float32 [N_DETAIL], the family's components (r_rank, r_sel, F1, ...)
+
+
+def make_score(r_task, is_correct, *detail) -> Score:
+    d = [jnp.asarray(x, F32) for x in detail][:N_DETAIL]
+    d += [F32(0.0)] * (N_DETAIL - len(d))
+    return Score(jnp.asarray(r_task, F32), jnp.asarray(is_correct, bool), jnp.stack(d))
 
 
 @struct.dataclass
@@ -382,6 +473,7 @@ class RewardInfo:
     is_correct: jax.Array  # bool
     hard_fail: jax.Array  # int32, HardFail
     f1: jax.Array  # float32, CART unit F1 (family detail)
+    detail: jax.Array  # float32 [N_DETAIL], family components (see ecomjax.verify)
 
 
 def zero_reward() -> RewardInfo:
@@ -394,6 +486,7 @@ def zero_reward() -> RewardInfo:
         is_correct=jnp.bool_(False),
         hard_fail=I32(0),
         f1=z,
+        detail=jnp.zeros(N_DETAIL, F32),
     )
 
 
@@ -458,6 +551,16 @@ class Dialogue:
     had_correct: jax.Array  # bool
     frustration: jax.Array  # int32
     done_emitted: jax.Array  # bool
+    # JOURNEY agenda (SPEC §8.8).
+    introduced: jax.Array  # bool [MAX_SUBGOALS]
+    addressed: jax.Array  # bool [MAX_SUBGOALS]
+    interrupted: jax.Array  # bool [MAX_SUBGOALS]
+    active: jax.Array  # int32, the active sub-goal
+    # Latest non-null answer per sub-goal (JOURNEY scores each one's latest).
+    sub_answers: AnswerFields  # leading axis MAX_SUBGOALS
+    # RETURN feedback memory: returns already confirmed, previous CORRECT's issues.
+    ret_confirmed: jax.Array  # bool [MAX_RETURNS]
+    last_ret_issue: jax.Array  # bool [N_RET_ISSUES]
     answer: Answer  # latest stored answer
     has_answer: jax.Array  # bool
     turn: jax.Array  # int32, T

@@ -69,8 +69,10 @@ def variant_count(catalog: Catalog, problem: Problem, pid: jax.Array) -> jax.Arr
 
 
 def reserved(world: World, pid: jax.Array, var: jax.Array) -> jax.Array:
+    """Units held by cart lines and by active exchanges (1 unit each, SPEC §5.2)."""
     hit = (world.cart_pid == pid) & (world.cart_var == var) & (world.cart_no > 0)
-    return jnp.sum(jnp.where(hit, world.cart_qty, 0))
+    exch = (world.exch_pid == pid) & (world.exch_var == var) & world.ret_active & (pid >= 0)
+    return jnp.sum(jnp.where(hit, world.cart_qty, 0)) + exch.sum().astype(I32)
 
 
 def base_stock(catalog: Catalog, problem: Problem, pid: jax.Array, var: jax.Array) -> jax.Array:

@@ -1,20 +1,56 @@
-"""The oracle of SPEC §8.9: a solvability witness that sees only observations and acts."""
+"""The oracle of SPEC §8.9: a solvability witness that sees only observations and acts.
+
+Each family's plan lives beside it (``ecomjax.envs.<family>.oracle``) with the protocol
+``init_memory() -> memory`` and ``act(memory, obs, catalog, sub) -> (memory, Action)``,
+where ``sub`` is the sub-goal whose reply rows the plan reads (0 outside JOURNEY) and the
+plan's answer goes in ``action.answer.main``. ``make_oracle`` runs the plans of the
+families a batch may hold and picks each episode's by its disclosed env id.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from ecomjax import constants as C
 from ecomjax.agents.base import Agent
-from ecomjax.envs.cart import oracle as cart_oracle
+from ecomjax.registry import module
 
 
-def _init(key, obs, catalog):
-    del key, catalog
-    return cart_oracle.init_memory()
+def _plans(families: Sequence[int]) -> dict[int, object]:
+    out = {}
+    for f in sorted({int(x) for x in families}):
+        try:
+            out[f] = module(C.Env(f), "oracle")
+        except ModuleNotFoundError:
+            continue
+    return out
 
 
-def _act(key, memory, obs, catalog):
-    # Other families' plans join here as they land; CART is the one family so far.
-    del key
-    return cart_oracle.act(memory, obs, catalog)
+def make_oracle(families: Sequence[int] = tuple(C.Env)) -> Agent:
+    plans = _plans(families)
+    names = "+".join(C.ENV_NAMES[f] for f in plans)
+
+    def init(key, obs, catalog):
+        del key, obs, catalog
+        return {C.ENV_NAMES[f]: m.init_memory() for f, m in plans.items()}
+
+    def act(key, memory, obs, catalog):
+        del key
+        out_mem, actions = {}, []
+        for f, m in plans.items():
+            name = C.ENV_NAMES[f]
+            out_mem[name], a = m.act(memory[name], obs, catalog, jnp.int32(0))
+            actions.append((f, a))
+        action = actions[0][1]
+        for f, a in actions[1:]:
+            mine = obs.env == f
+            action = jax.tree_util.tree_map(lambda x, y: jnp.where(mine, x, y), a, action)
+        return out_mem, action
+
+    return Agent(f"oracle[{names}]", init, act)
 
 
-oracle_agent = Agent("oracle", _init, _act)
+oracle_agent = make_oracle()

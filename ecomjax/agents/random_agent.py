@@ -12,7 +12,7 @@ from flax import struct
 
 from ecomjax import constants as C
 from ecomjax.agents.base import Agent
-from ecomjax.types import empty_action
+from ecomjax.types import AnswerFields, empty_action
 
 T = C.Tool
 B = C.MAX_TOOL_CALLS
@@ -45,9 +45,29 @@ def _remember(mem: RandomMemory, obs) -> RandomMemory:
     return mem.replace(seen=seen, n_seen=mem.n_seen + n_new)
 
 
+def _random_fields(key, mem: RandomMemory, env, lead: tuple[int, ...]) -> AnswerFields:
+    """A schema-valid answer object: ids from Seen, uniform enums, numbers in [0, 100]."""
+    ks = jax.random.split(key, 6)
+    n_known = jnp.minimum(mem.n_seen, SEEN)
+    n_ids = jax.random.randint(ks[0], lead, 0, C.MAX_K_REC + 1)
+    picks = mem.seen[
+        jax.random.randint(ks[1], (*lead, C.MAX_ANSWER_IDS), 0, jnp.maximum(n_known, 1))
+    ]
+    live = (jnp.arange(C.MAX_ANSWER_IDS) < n_ids[..., None]) & (n_known > 0)
+    return AnswerFields(
+        env=jnp.broadcast_to(jnp.asarray(env, jnp.int32), lead),
+        rec=jnp.where(live, picks, -1),
+        order=jax.random.randint(ks[2], lead, 0, C.MAX_ORDERS),
+        line=jax.random.randint(ks[3], lead, 0, C.MAX_ORDER_LINES),
+        status=jax.random.randint(ks[4], lead, 0, 5),
+        policy_value=jax.random.uniform(ks[5], lead, maxval=100.0),
+        policy_ok=jnp.ones(lead, bool),
+    )
+
+
 def _act(key, mem: RandomMemory, obs, catalog):
     mem = _remember(mem, obs)
-    ks = jax.random.split(key, 18)
+    ks = jax.random.split(key, 20)
     n_known = jnp.minimum(mem.n_seen, SEEN)
     pick_seen = mem.seen[jax.random.randint(ks[0], (B,), 0, jnp.maximum(n_known, 1))]
     use_seen = jax.random.bernoulli(ks[1], 0.5, (B,)) & (n_known > 0)
@@ -81,10 +101,17 @@ def _act(key, mem: RandomMemory, obs, catalog):
     action = empty_action(catalog.embed_dim)
     answer_now = jax.random.bernoulli(ks[10], 1.0 / jnp.maximum(obs.turn + obs.turns_left, 1))
     env = jnp.where(obs.env >= 0, obs.env, C.Env.CART).astype(jnp.int32)
+    main = _random_fields(ks[18], mem, env, ())
+    # JOURNEY: each entry a random non-JOURNEY answer object or null.
+    sub_env = jax.random.randint(ks[19], (C.MAX_SUBGOALS,), -1, C.Env.JOURNEY)
+    sub = _random_fields(jax.random.fold_in(ks[19], 1), mem, sub_env, (C.MAX_SUBGOALS,))
     answer = action.answer.replace(
         present=answer_now,
         done=jax.random.bernoulli(ks[11], 0.5),
-        main=action.answer.main.replace(env=env),
+        main=main,
+        sub=jax.tree_util.tree_map(
+            lambda x, e: jnp.where(env == C.Env.JOURNEY, x, e), sub, action.answer.sub
+        ),
     )
     action = action.replace(
         has_message=jnp.bool_(True),

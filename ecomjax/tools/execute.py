@@ -14,6 +14,9 @@ from flax import struct
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
 from ecomjax.tools import cart as cart_tools
+from ecomjax.tools import orders as order_tools
+from ecomjax.tools import policy as policy_tools
+from ecomjax.tools.rows import Row, _row
 from ecomjax.types import SMALL_ROWS, Action, Problem, SearchResults, ToolResults, World
 from ecomjax.world import (
     has_synth_variants,
@@ -72,41 +75,6 @@ def empty_scratch() -> TurnScratch:
     )
 
 
-@struct.dataclass
-class Row:
-    error: jax.Array
-    count: jax.Array
-    total: jax.Array
-    ids: jax.Array  # [S]
-    var: jax.Array
-    qty: jax.Array
-    aux: jax.Array
-    var_attr: jax.Array  # [V]
-    var_value: jax.Array
-
-
-def _row(
-    error=0, count=0, total=0, ids=None, var=None, qty=None, aux=None, var_attr=None, var_value=None
-) -> Row:
-    def pad(x, fill, n=S, dtype=I32):
-        if x is None:
-            return jnp.full(n, fill, dtype)
-        x = jnp.asarray(x, dtype)
-        return jnp.concatenate([x, jnp.full(n - x.shape[0], fill, dtype)])
-
-    return Row(
-        error=jnp.asarray(error, I32),
-        count=jnp.asarray(count, I32),
-        total=jnp.asarray(total, I32),
-        ids=pad(ids, -1),
-        var=pad(var, -1),
-        qty=pad(qty, 0),
-        aux=pad(aux, 0),
-        var_attr=pad(var_attr, -1, V),
-        var_value=pad(var_value, 0.0, V, jnp.float32),
-    )
-
-
 def _cart_row(world: World, error: jax.Array) -> Row:
     pid, var, qty, no, count, total = cart_tools.cart_rows(world)
     return _row(error, count, total, pid, var, qty, no)
@@ -150,7 +118,7 @@ def _run_call(catalog: Catalog, problem: Problem, search: SearchResults, carry, 
     world, scratch, action = carry
     tool = action.tool[i]
     pid, var, qty = action.product[i], action.variant[i], action.qty[i]
-    line, order = action.line[i], action.order[i]
+    line = action.line[i]
 
     added, add_err = cart_tools.cart_add(catalog, problem, world, pid, var, qty)
     # cart_remove is cart_set_quantity(line, 0): one mutation graph serves both.
@@ -165,9 +133,13 @@ def _run_call(catalog: Catalog, problem: Problem, search: SearchResults, carry, 
     )
     cart_err = jnp.where(is_add, add_err, jnp.where(is_setq, setq_err, E.NONE))
     cart_row = _cart_row(cart_world, cart_err)
+    # Order and return tools (they may change the world: returns, exchange reservations).
+    order_world, order_row = order_tools.run_order_call(catalog, problem, cart_world, action, i)
+    is_order_tool = jnp.isin(tool, jnp.array(order_tools.ORDER_TOOLS))
+    cart_world = jax.tree_util.tree_map(
+        lambda a, b: jnp.where(is_order_tool, a, b), order_world, cart_world
+    )
     known = is_known(catalog, pid)
-    no_order = order >= problem.n_orders
-    order_err = jnp.where(no_order | (order < 0), E.UNKNOWN_ORDER, E.NONE)
     rows = {
         T.CART_ADD: cart_row,
         T.CART_SET_QUANTITY: cart_row,
@@ -186,13 +158,8 @@ def _run_call(catalog: Catalog, problem: Problem, search: SearchResults, carry, 
         T.USER_GET_VISIT_HISTORY: _history_row(catalog, problem, world),
         T.DATETIME_NOW: _row(0, 0, problem.today),
         T.CATALOG_SEARCH: _row(search.error[i]),
-        T.ORDER_GET_STATUS: _row(order_err),
-        T.RETURN_CHECK_ELIGIBILITY: _row(order_err),
-        T.RETURN_INITIATE: _row(order_err),
-        T.RETURN_EXCHANGE: _row(order_err),
-        T.RETURN_CANCEL: _row(
-            jnp.where((order >= 1) & (order <= world.n_returns), E.NONE, E.UNKNOWN_RETURN)
-        ),
+        **{t: order_row for t in order_tools.ORDER_TOOLS},
+        T.POLICY_SEARCH: policy_tools.policy_search_row(action, i),
     }
     row = _select_rows(tool, rows, _row())
 
@@ -238,6 +205,10 @@ def run_tools(
         ids=jnp.full((C.MAX_TOOL_CALLS, S), -1, I32),
         var=jnp.full((C.MAX_TOOL_CALLS, S), -1, I32),
         var_attr=jnp.full((C.MAX_TOOL_CALLS, V), -1, I32),
+        ord_status=jnp.full((C.MAX_TOOL_CALLS, C.MAX_ORDERS), -1, I32),
+        ord_date=jnp.full((C.MAX_TOOL_CALLS, C.MAX_ORDERS), -1, I32),
+        ord_aux=jnp.full((C.MAX_TOOL_CALLS, C.MAX_ORDERS), -1, I32),
+        ord_track=jnp.full((C.MAX_TOOL_CALLS, C.MAX_ORDERS), -1, I32),
     )
 
     def body(carry):
@@ -278,6 +249,11 @@ def _assemble(catalog: Catalog, tools: jax.Array, rows: Row, search: SearchResul
         aux=rows.aux,
         var_attr=rows.var_attr,
         var_value=rows.var_value,
+        ord_status=rows.ord_status,
+        ord_date=rows.ord_date,
+        ord_aux=rows.ord_aux,
+        ord_track=rows.ord_track,
+        info=rows.info,
         search=search,
     )
 

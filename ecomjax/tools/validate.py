@@ -51,7 +51,10 @@ def call_valid(action: Action) -> jax.Array:
         T.RETURN_INITIATE: has_order & has_line & reason_ok & method_ok,
         T.RETURN_EXCHANGE: has_order & has_line & has_p & reason_ok & method_ok,
         T.RETURN_CANCEL: has_order,
-        T.POLICY_SEARCH: action.has_query & _in(action.qty, 1, 10),
+        # A query with vocabulary tokens counts as given; a non-empty text of stop words
+        # only (no tokens) is still schema-valid, so has_query alone also passes.
+        T.POLICY_SEARCH: (action.has_query | (action.query_tokens != -1).any(-1))
+        & _in(action.qty, 1, 10),
         T.DATETIME_NOW: jnp.ones_like(has_p),
         T.USER_GET_VISIT_HISTORY: jnp.ones_like(has_p),
         T.ASK_USER: action.slots.any(-1) & _in(action.enum_b, -1, C.MAX_SUBGOALS - 1),

@@ -18,7 +18,7 @@ from ecomjax.envs.cart.generator import generate
 from ecomjax.envs.cart.variants import CANDIDATES, own_values
 from ecomjax.registry import family
 from ecomjax.rollout import run_batch_jit
-from ecomjax.testing import api_test, play_single, tree_equal
+from ecomjax.testing import api_test, check_reward_ranges, play_single, tree_equal
 from ecomjax.types import EnvParams
 
 T = C.Tool
@@ -43,6 +43,7 @@ def play(catalog, agent, seed=0, params=PARAMS):
 # --- invariant 2 (solvability) and 1 (ranges) -----------------------------------------------
 
 
+@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
 @pytest.mark.parametrize("seeds", [range(5), pytest.param(range(5, 25), marks=pytest.mark.slow)])
 def test_oracle_reaches_is_correct(catalog, seeds):
     """10,500 episodes by default (42,000 with --runslow), 500+ at every d."""
@@ -64,26 +65,16 @@ def test_oracle_reaches_is_correct(catalog, seeds):
     assert correct / n >= 0.99
 
 
-def _check_ranges(r):
-    r_total, r_task = np.asarray(r.r_total), np.asarray(r.r_task)
-    r_eff, r_hall = np.asarray(r.r_eff), np.asarray(r.r_hall)
-    hard = np.asarray(r.hard_fail) != 0
-    assert np.all(np.abs(r_total) <= 1 + 1e-6) and np.all(np.abs(r_task) <= 1 + 1e-6)
-    assert np.all(np.abs(r_eff) <= 1 + 1e-6)
-    assert np.all((r_hall <= 0) & (r_hall >= -1))
-    recomposed = np.clip(0.75 * r_task + 0.15 * r_eff + 0.10 * r_hall, -1, 1)
-    np.testing.assert_allclose(np.where(hard, -1.0, recomposed), r_total, atol=1e-6)
-    assert not np.any(np.asarray(r.is_correct) & hard)
-
-
+@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
 def test_ranges_and_recomposition(catalog):
     for name in ("oracle", "random", "silent"):
-        _check_ranges(play(catalog, AGENTS[name], seed=101).state.reward)
+        check_reward_ranges(play(catalog, AGENTS[name], seed=101).state.reward)
 
 
 # --- invariant 5 (do-nothing agents) ----------------------------------------------------------
 
 
+@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
 def test_silent_agent_scores_exactly_minus_090(catalog):
     res = play(catalog, AGENTS["silent"], seed=7)
     r = res.state.reward
@@ -92,6 +83,7 @@ def test_silent_agent_scores_exactly_minus_090(catalog):
     assert np.all(np.asarray(res.state.dialogue.termination) == TM.T_MAX)
 
 
+@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
 def test_immediate_done_with_empty_cart_scores_minus_060(catalog, params):
     keys = keys_for(8)
     prob = jax.vmap(generate, (0, None, 0, None))(keys, catalog, D, params)
@@ -111,6 +103,7 @@ def test_immediate_done_with_empty_cart_scores_minus_060(catalog, params):
 # --- invariant 6 (random agent) ---------------------------------------------------------------
 
 
+@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
 @pytest.mark.parametrize("seeds", [range(1), pytest.param(range(1, 5), marks=pytest.mark.slow)])
 def test_random_agent_stays_within_bounds(catalog, seeds):
     d = np.asarray(D)
@@ -186,6 +179,7 @@ def test_targets_are_in_stock_unique_and_well_described(catalog, params):
 # --- invariant 4 (determinism) --------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
 @pytest.mark.parametrize("agent", ["oracle", "random"])
 def test_same_key_replays_and_vmap_equals_single_runs(catalog, params, agent):
     # n = B shares the compiled batch with the sweeps above.

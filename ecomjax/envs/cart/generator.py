@@ -10,7 +10,14 @@ from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
 from ecomjax.envs.cart.variants import synthesize
-from ecomjax.sampling import base_problem, first_valid, in_category, stream
+from ecomjax.sampling import (
+    base_problem,
+    first_valid,
+    in_category,
+    omission,
+    stream,
+    taken_products,
+)
 from ecomjax.types import EnvParams, Problem
 
 S = C.Slot
@@ -18,8 +25,9 @@ MI = C.MAX_ITEMS
 MAX_QTY = 4
 
 
-def _targets(key: jax.Array, catalog: Catalog, diff: D.Difficulty):
-    """Distinct targets with enough stock for their quantity and a unique full title."""
+def _targets(key: jax.Array, catalog: Catalog, diff: D.Difficulty, taken: jax.Array):
+    """Distinct targets with enough stock for their quantity and a unique full title,
+    none of them used by an earlier JOURNEY sub-goal (``taken``)."""
     n = catalog.n_products
 
     def draw(picked, j):
@@ -30,7 +38,7 @@ def _targets(key: jax.Array, catalog: Catalog, diff: D.Difficulty):
         var_req = jax.random.bernoulli(k_var, diff.p_var)
 
         def ok(p):
-            fresh = ~(picked == p).any()
+            fresh = ~(picked == p).any() & ~(taken == p).any()
             denied = catalog.cat_denied[catalog.category[p]]
             return (catalog.stock[p] >= qty) & (catalog.desc_form[p] > 0) & fresh & ~denied
 
@@ -68,16 +76,18 @@ def _history(key: jax.Array, catalog: Catalog, targets: jax.Array, n_items: jax.
     return items[jnp.argsort(prio)]
 
 
-def omission(key: jax.Array, sub: int, item: jax.Array, slot: int, p: jax.Array) -> jax.Array:
-    """One keyed draw per slot (stream OMIT, uid = 4096·subgoal + 64·item + slot)."""
-    uid = 4096 * sub + 64 * item + slot
-    return jax.random.uniform(stream(key, "OMIT", uid)) < p
-
-
-def generate(key: jax.Array, catalog: Catalog, d: jax.Array, params: EnvParams) -> Problem:
+def fill(
+    key: jax.Array,
+    catalog: Catalog,
+    d: jax.Array,
+    params: EnvParams,
+    problem: Problem,
+    sub: int | jax.Array = 0,
+) -> Problem:
+    """Writes the CART goal into ``problem`` with its slot rows at sub-goal ``sub``."""
     diff = D.difficulty(d, params.overrides)
-    problem = base_problem(key, d, C.Env.CART, params)
-    pid, qty, var_req = _targets(stream(key, "PROBLEM", C.Env.CART, 0), catalog, diff)
+    taken = taken_products(problem)
+    pid, qty, var_req = _targets(stream(key, "PROBLEM", C.Env.CART, sub), catalog, diff, taken)
     var_keys = jax.vmap(lambda j: stream(key, "VARIANT", j))(jnp.arange(MI))
     attr, vals, target = jax.vmap(lambda k, p: synthesize(k, catalog, jnp.maximum(p, 0)))(
         var_keys, pid
@@ -91,15 +101,15 @@ def generate(key: jax.Array, catalog: Catalog, d: jax.Array, params: EnvParams) 
         -1,
     )
     items = jnp.arange(MI)
-    has = jnp.zeros((C.MAX_SUBGOALS, MI, C.N_SLOTS), bool)
-    has = has.at[0, :, S.ITEMS].set(valid)
-    has = has.at[0, :, S.QUANTITY].set(valid & (qty > 1))
-    has = has.at[0, :, S.VARIANT].set(var_req)
-    omit_qty = jax.vmap(lambda i: omission(key, 0, i, S.QUANTITY, diff.p_missing))(items)
-    omit_var = jax.vmap(lambda i: omission(key, 0, i, S.VARIANT, diff.p_missing))(items)
-    pending = jnp.zeros_like(has)
-    pending = pending.at[0, :, S.QUANTITY].set(has[0, :, S.QUANTITY] & omit_qty)
-    pending = pending.at[0, :, S.VARIANT].set(has[0, :, S.VARIANT] & omit_var)
+    row = jnp.zeros((MI, C.N_SLOTS), bool)
+    row = row.at[:, S.ITEMS].set(valid)
+    row = row.at[:, S.QUANTITY].set(valid & (qty > 1))
+    row = row.at[:, S.VARIANT].set(var_req)
+    omit_qty = jax.vmap(lambda i: omission(key, sub, i, S.QUANTITY, diff.p_missing))(items)
+    omit_var = jax.vmap(lambda i: omission(key, sub, i, S.VARIANT, diff.p_missing))(items)
+    pend = jnp.zeros_like(row)
+    pend = pend.at[:, S.QUANTITY].set(row[:, S.QUANTITY] & omit_qty)
+    pend = pend.at[:, S.VARIANT].set(row[:, S.VARIANT] & omit_var)
     return problem.replace(
         item_pid=pid,
         item_qty=qty,
@@ -110,6 +120,10 @@ def generate(key: jax.Array, catalog: Catalog, d: jax.Array, params: EnvParams) 
         item_desc_form=form,
         item_desc_key=desc_key,
         history=_history(stream(key, "HISTORY"), catalog, pid, diff.n_items),
-        has_slot=has,
-        pending=pending,
+        has_slot=problem.has_slot.at[sub].set(row),
+        pending=problem.pending.at[sub].set(pend),
     )
+
+
+def generate(key: jax.Array, catalog: Catalog, d: jax.Array, params: EnvParams) -> Problem:
+    return fill(key, catalog, d, params, base_problem(key, d, C.Env.CART, params), 0)

@@ -110,7 +110,10 @@ def _calls(tools: jax.Array, products: jax.Array, variants=None, qty=None):
     return pad(tools, T.NONE), pad(products, -1), pad(variants, -1), pad(qty, 1)
 
 
-def act(mem: CartMemory, obs: Observation, catalog: Catalog) -> tuple[CartMemory, Action]:
+def act(
+    mem: CartMemory, obs: Observation, catalog: Catalog, sub: jax.Array | int = 0
+) -> tuple[CartMemory, Action]:
+    del sub  # CART item acts are not per sub-goal rows
     mem = _read_results(_listen(mem, obs), obs, catalog)
     budget = obs.tool_budget
     live = mem.item_valid & ~mem.dropped

@@ -5,7 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ecomjax.types import Problem, World
+from ecomjax.catalog.types import Catalog
+from ecomjax.types import AnswerFields, Dialogue, Problem, Score, World, make_score
 
 
 def item_units(problem: Problem, world: World) -> tuple[jax.Array, jax.Array]:
@@ -44,3 +45,17 @@ def verify_cart(problem: Problem, world: World, req_final: jax.Array):
     f1 = unit_f1(u_match, u_cart, u_req)
     exact = (u_match == u_req) & (u_cart == u_req)
     return (2.0 * f1 - 1.0).astype(jnp.float32), exact, f1
+
+
+def verify(
+    catalog: Catalog,
+    problem: Problem,
+    world: World,
+    dlg: Dialogue,
+    ans: AnswerFields,
+    has: jax.Array,
+) -> Score:
+    """CART is scored from the cart, answer or not (SPEC §4.5). detail: (F1,)."""
+    del catalog, ans, has
+    r_task, exact, f1 = verify_cart(problem, world, dlg.req_final)
+    return make_score(r_task, exact, f1)

@@ -1,0 +1,256 @@
+"""The JOURNEY oracle (SPEC §8.9): each sub-goal's own plan, one sub-goal at a time.
+
+It finishes the plan it is working on before it turns to another sub-goal, even when the
+customer switches mid-task (the agenda only tracks which sub-goals have answers, so the
+agent may finish what it started); each plan therefore always reads its own tool results.
+Each entry ends with a stored ``subgoal_answers[i]`` (done = false, except the last).
+
+Two details keep the plans sound over a long conversation:
+- everything the customer has stated is kept per sub-goal and shown to the plan whenever
+  it runs, so values told while another plan was acting are not lost;
+- stock shocks keep happening after a PD or SUB answer is stored, and the episode is scored
+  against stock at termination. Every shocked id is remembered. Once every sub-goal has an
+  answer, a stored PD/SUB answer that names a shocked product is re-made: its plan runs
+  from its verified cards in the closing turn itself, so no shock can follow it; a plan
+  left with too few valid cards first gets a turn to search again.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from ecomjax import constants as C
+from ecomjax.registry import module
+from ecomjax.types import (
+    Observation,
+    UserAct,
+    empty_action,
+    empty_answer_fields,
+    empty_results,
+    empty_user_act,
+)
+
+E = C.Env
+MS = C.MAX_SUBGOALS
+FAMILIES: tuple[E, ...] = (E.PD, E.SUB, E.CART, E.RETURN, E.STATUS, E.POLICY, E.BUNDLE)
+N_SHOCKED = 256  # more than the products a journey can expose at N = 1000
+RANKED = jnp.array([E.PD, E.SUB])  # families whose stored answer a shock can spoil
+
+
+@struct.dataclass
+class Known:
+    """What the customer has stated so far (the reply fields plans read)."""
+
+    slot_stated: jax.Array
+    slot_value: jax.Array
+    slot_op: jax.Array
+    ref_form: jax.Array
+    ref_key: jax.Array
+    cats: jax.Array
+    fact_field: jax.Array
+    fact_value: jax.Array
+    item_valid: jax.Array
+    item_desc_form: jax.Array
+    item_desc_key: jax.Array
+    item_qty: jax.Array
+    item_var_attr: jax.Array
+    item_var_value: jax.Array
+    item_update: jax.Array  # a sold-out item stays dropped (its qty is then 0)
+
+
+def _known_from(act: UserAct) -> Known:
+    return Known(**{f: getattr(act, f) for f in Known.__dataclass_fields__})
+
+
+def _fold(k: Known, act: UserAct) -> Known:
+    s = act.slot_stated
+    said = act.item_valid
+    return Known(
+        slot_stated=k.slot_stated | s,
+        slot_value=jnp.where(s, act.slot_value, k.slot_value),
+        slot_op=jnp.where(s, act.slot_op, k.slot_op),
+        ref_form=jnp.where(act.ref_form > 0, act.ref_form, k.ref_form),
+        ref_key=jnp.where(act.ref_form > 0, act.ref_key, k.ref_key),
+        cats=jnp.where((act.cats >= 0).any(), act.cats, k.cats),
+        fact_field=jnp.where((act.fact_field >= 0).any(), act.fact_field, k.fact_field),
+        fact_value=jnp.where((act.fact_field >= 0).any(), act.fact_value, k.fact_value),
+        item_valid=k.item_valid | said,
+        item_desc_form=jnp.where(said, act.item_desc_form, k.item_desc_form),
+        item_desc_key=jnp.where(said, act.item_desc_key, k.item_desc_key),
+        item_qty=jnp.where(said & (act.item_qty >= 0), act.item_qty, k.item_qty),
+        item_var_attr=jnp.where(
+            said & (act.item_var_attr >= 0), act.item_var_attr, k.item_var_attr
+        ),
+        item_var_value=jnp.where(
+            said & (act.item_var_attr >= 0), act.item_var_value, k.item_var_value
+        ),
+        item_update=k.item_update | act.item_update,
+    )
+
+
+@struct.dataclass
+class JourneyMemory:
+    plans: dict  # family name -> that plan's memory
+    known: Known
+    sub_env: jax.Array  # int32 [MS], families of the sub-goals introduced so far
+    n_subgoals: jax.Array  # int32, L from the opening
+    active: jax.Array  # int32
+    addressed: jax.Array  # bool [MS], answered by us
+    last_actor: jax.Array  # int32, the sub-goal whose plan acted last turn (-1 none)
+    working: jax.Array  # int32, the sub-goal being worked on (-1 none)
+    shocked: jax.Array  # int32 [N_SHOCKED], ring buffer of shocked product ids
+    n_shocked: jax.Array  # int32
+    stored_rec: jax.Array  # int32 [MS, MAX_K_REC], our stored PD/SUB recommendations
+
+
+def init_memory() -> JourneyMemory:
+    return JourneyMemory(
+        plans={E(f).name: module(f, "oracle").init_memory() for f in FAMILIES},
+        known=_known_from(empty_user_act()),
+        sub_env=jnp.full(MS, -1, jnp.int32),
+        n_subgoals=jnp.int32(0),
+        active=jnp.int32(0),
+        addressed=jnp.zeros(MS, bool),
+        last_actor=jnp.int32(-1),
+        working=jnp.int32(-1),
+        shocked=jnp.full(N_SHOCKED, -1, jnp.int32),
+        n_shocked=jnp.int32(0),
+        stored_rec=jnp.full((MS, C.MAX_K_REC), -1, jnp.int32),
+    )
+
+
+def _remember_shocks(mem: JourneyMemory, events: jax.Array) -> tuple[jax.Array, jax.Array]:
+    live = events >= 0
+    pos = (mem.n_shocked + jnp.cumsum(live) - 1) % N_SHOCKED
+    shocked = mem.shocked.at[jnp.where(live, pos, N_SHOCKED)].set(events, mode="drop")
+    return shocked, mem.n_shocked + live.sum()
+
+
+def _events_view(mem_shocked: jax.Array, n_shocked: jax.Array, first: jax.Array, n: int):
+    """int32 [n]: shocked ids for a plan's view: those in ``first`` (its stored answer)
+    ahead of the rest, the rest most recent first."""
+    size = mem_shocked.shape[0]
+    age = (n_shocked - 1 - jnp.arange(size)) % size  # 0 = the latest entry
+    hit = (mem_shocked[:, None] == first[None, :]).any(-1) & (mem_shocked >= 0)
+    order = jnp.lexsort((age, ~hit))
+    out = mem_shocked[order]
+    return jnp.pad(out, (0, max(0, n - out.shape[0])), constant_values=-1)[:n]
+
+
+def act(mem: JourneyMemory, obs: Observation, catalog, sub=0):
+    del sub
+    r = obs.reply
+    opened = r.acts[C.Act.INFORM] | r.acts[C.Act.SWITCH]
+    # The opening introduces sub-goal 0; a SWITCH introduces or resumes r.active.
+    intro_at = jnp.where(r.acts[C.Act.INFORM], 0, r.active)
+    sub_env = jnp.where(
+        opened & (r.intro_env >= 0) & (jnp.arange(MS) == intro_at), r.intro_env, mem.sub_env
+    )
+    n_sub = jnp.where(r.n_subgoals > 0, r.n_subgoals, mem.n_subgoals)
+    known = _fold(mem.known, r)
+    shocked, n_shocked = _remember_shocks(mem, obs.events)
+    # Work on one plan until it answers; then on the customer's active sub-goal if open.
+    open_ = (sub_env >= 0) & ~mem.addressed
+    active = jnp.clip(r.active, 0, MS - 1)
+    keep = (mem.working >= 0) & open_[jnp.clip(mem.working, 0, MS - 1)]
+    working = jnp.where(
+        keep, mem.working, jnp.where(open_[active], active, jnp.argmax(open_))
+    ).astype(jnp.int32)
+    all_done = mem.addressed.sum() >= jnp.maximum(n_sub, 1)
+    spoiled = (mem.stored_rec[:, :, None] == shocked[None, None, :]).any((1, 2))
+    spoiled &= mem.addressed & jnp.isin(sub_env, RANKED)
+
+    # Every plan reads its own sub-goal's rows; each sees the shocks so far.
+    reply = r.replace(**{k: getattr(known, k) for k in Known.__dataclass_fields__})
+    outputs, new_plans, slot_of = {}, {}, {}
+    for f in FAMILIES:
+        name = E(f).name
+        slot = jnp.argmax(sub_env == f).astype(jnp.int32)
+        own = mem.last_actor == slot
+        events = _events_view(shocked, n_shocked, mem.stored_rec[slot], obs.events.shape[0])
+        view = obs.replace(
+            env=jnp.int32(f),
+            reply=reply,
+            results=jax.tree_util.tree_map(
+                lambda a, b, own=own: jnp.where(own, a, b), obs.results, empty_results()
+            ),
+            events=events,
+        )
+        new_plans[name], outputs[f] = module(f, "oracle").act(mem.plans[name], view, catalog, slot)
+        slot_of[f] = slot
+
+    # Closing: once every sub-goal has an answer, the spoiled PD/SUB answers are re-made
+    # from their plans' verified cards in the closing turn itself (no shock follows a
+    # terminal turn). A plan that needs a new search gets a turn for it first.
+    ranked = [f for f in FAMILIES if f in (E.PD, E.SUB)]
+    fix = {f: spoiled[slot_of[f]] & (sub_env == f).any() for f in ranked}
+    ready = {f: outputs[f].answer.present for f in ranked}
+    stuck = {f: fix[f] & ~ready[f] for f in ranked}
+    any_stuck = stuck[E.PD] | stuck[E.SUB]
+    close = all_done & ~any_stuck
+    repair_turn = all_done & any_stuck
+    stuck_slot = jnp.where(stuck[E.PD], slot_of[E.PD], slot_of[E.SUB])
+    actor = jnp.where(repair_turn, stuck_slot, working).astype(jnp.int32)
+    fam = sub_env[actor]
+
+    action = outputs[FAMILIES[0]]
+    for f in FAMILIES[1:]:
+        action = jax.tree_util.tree_map(
+            lambda a, b, f=f: jnp.where(fam == f, a, b), outputs[f], action
+        )
+    # Relocate the acting plan's answer into subgoal_answers[actor] (not in a repair turn).
+    ans = action.answer
+    answering = ans.present & ~close & ~repair_turn
+    here = jnp.arange(MS) == actor
+    addressed = mem.addressed | (here & answering)
+    sub_fields = jax.tree_util.tree_map(lambda s_, m_: s_.at[actor].set(m_), ans.sub, ans.main)
+    sub_fields = sub_fields.replace(env=jnp.where(here & answering, fam, -1))
+    # The closing turn carries the repaired PD/SUB entries.
+    for f in ranked:
+        put = close & fix[f] & (jnp.arange(MS) == slot_of[f])
+        main_f = outputs[f].answer.main
+        sub_fields = jax.tree_util.tree_map(
+            lambda s_, m_, put=put: jnp.where(
+                put.reshape(put.shape + (1,) * (s_.ndim - 1)), m_[None], s_
+            ),
+            sub_fields,
+            main_f,
+        )
+        sub_fields = sub_fields.replace(env=jnp.where(put, f, sub_fields.env))
+    # The last plan's answer closes the episode when nothing needs repair.
+    last = (addressed.sum() >= n_sub) & ~spoiled.any()
+    main = empty_answer_fields().replace(env=jnp.int32(E.JOURNEY))
+    answer = ans.replace(
+        present=answering | close, done=(answering & last) | close, main=main, sub=sub_fields
+    )
+    action = jax.tree_util.tree_map(
+        lambda a, b: jnp.where(close, a, b),
+        empty_action(catalog.embed_dim).replace(has_message=jnp.bool_(True)),
+        action,
+    )
+    is_ask = action.tool == C.Tool.ASK_USER
+    action = action.replace(answer=answer, enum_b=jnp.where(is_ask, actor, action.enum_b))
+    plans = {}
+    for f in FAMILIES:
+        name = E(f).name
+        commit = (fam == f) | (close & fix.get(f, jnp.bool_(False)))
+        plans[name] = jax.tree_util.tree_map(
+            lambda a, b, commit=commit: jnp.where(commit, a, b), new_plans[name], mem.plans[name]
+        )
+    stored = jnp.where(here[:, None] & answering, ans.main.rec[None, : C.MAX_K_REC], mem.stored_rec)
+    mem = mem.replace(
+        plans=plans,
+        known=known,
+        sub_env=sub_env,
+        n_subgoals=n_sub,
+        active=active,
+        addressed=addressed,
+        last_actor=actor,
+        working=working,
+        shocked=shocked,
+        n_shocked=n_shocked,
+        stored_rec=stored,
+    )
+    return mem, action

@@ -1,0 +1,88 @@
+"""Verification dispatch (SPEC §7, §8): each family's verifier scores its own (sub-)goal;
+JOURNEY averages its sub-goals. ``families`` is static, so a batch slice of one family
+traces only that family's verifier (DESIGN: verification is vmapped per slice)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from ecomjax import constants as C
+from ecomjax.catalog.types import Catalog
+from ecomjax.envs.bundle.verifier import verify as verify_bundle
+from ecomjax.envs.cart.verifier import verify as verify_cart
+from ecomjax.envs.pd.verifier import verify as verify_pd
+from ecomjax.envs.policy.verifier import verify as verify_policy
+from ecomjax.envs.returns.verifier import verify as verify_return
+from ecomjax.envs.status.verifier import verify as verify_status
+from ecomjax.envs.sub.verifier import verify as verify_sub
+from ecomjax.types import AnswerFields, Dialogue, Problem, Score, World, make_score
+
+E = C.Env
+# (catalog, problem, world, dialogue, answer, has_answer) -> Score
+Verifier = Callable[[Catalog, Problem, World, Dialogue, AnswerFields, jax.Array], Score]
+VERIFIERS: dict[int, Verifier] = {
+    E.PD: verify_pd,
+    E.SUB: verify_sub,
+    E.CART: verify_cart,
+    E.RETURN: verify_return,
+    E.STATUS: verify_status,
+    E.POLICY: verify_policy,
+    E.BUNDLE: verify_bundle,
+}
+ALL_FAMILIES: tuple[int, ...] = tuple(E)
+
+
+def _pick(fields: AnswerFields, i: jax.Array) -> AnswerFields:
+    return jax.tree_util.tree_map(lambda x: x[i], fields)
+
+
+def score(
+    catalog: Catalog,
+    problem: Problem,
+    world: World,
+    dlg: Dialogue,
+    families: Sequence[int] = ALL_FAMILIES,
+) -> Score:
+    """The task score of a terminated episode from its final world and latest answers."""
+    fams = tuple(sorted({int(f) for f in families}))
+    journey = E.JOURNEY in fams
+    base = tuple(f for f in fams if f != E.JOURNEY)
+    if journey:  # every family may appear as a sub-goal
+        base = tuple(f for f in VERIFIERS)
+    is_journey = problem.env == E.JOURNEY
+    main = dlg.answer.main
+    per_family: dict[int, Score] = {}
+    for f in base:
+        slot = jnp.argmax(problem.sub_env == f)
+        in_journey = is_journey & (problem.sub_env == f).any()
+        sub_ans = _pick(dlg.sub_answers, slot)
+        ans = jax.tree_util.tree_map(lambda s, m: jnp.where(is_journey, s, m), sub_ans, main)
+        has = jnp.where(
+            is_journey,
+            in_journey & dlg.introduced[slot] & (sub_ans.env == f),
+            dlg.has_answer & (main.env == f),
+        )
+        per_family[f] = VERIFIERS[f](catalog, problem, world, dlg, ans, has)
+    out = make_score(-1.0, False)
+    for f, sc in per_family.items():
+        mine = problem.env == f
+        out = jax.tree_util.tree_map(lambda a, b: jnp.where(mine, a, b), sc, out)
+    if journey:
+        envs = problem.sub_env
+        r = jnp.stack([per_family[f].r_task for f in VERIFIERS])  # [7]
+        ok = jnp.stack([per_family[f].is_correct for f in VERIFIERS])
+        fam_index = jnp.clip(envs, 0, len(VERIFIERS) - 1)
+        live = envs >= 0
+        # A sub-goal never introduced scores -1 (SPEC §8.8), whatever the world shows.
+        intro = dlg.introduced
+        r_sub = jnp.where(live, jnp.where(intro, r[fam_index], -1.0), 0.0)
+        ok_sub = jnp.where(live, intro & ok[fam_index], True)
+        n = jnp.maximum(live.sum(), 1)
+        r_j = jnp.clip(r_sub.sum() / n, -1.0, 1.0)
+        detail = jnp.zeros_like(out.detail).at[0].set((live & ok_sub).sum() / n)
+        j = Score(r_j.astype(jnp.float32), ok_sub.all() & live.any(), detail)
+        out = jax.tree_util.tree_map(lambda a, b: jnp.where(is_journey, a, b), j, out)
+    return out
