@@ -54,7 +54,7 @@ def _play(catalog, keys, problems, agent, params, max_turns, agent_ids=None) -> 
     suite of several agents)."""
     states, ts = jax.vmap(reset, (0, None, 0, None))(keys, catalog, problems, params)
     akeys = jax.vmap(lambda k: jax.random.fold_in(k, AGENT_STREAM))(keys)
-    agents = agent if isinstance(agent, tuple) else (agent,)
+    agents = (agent,) if isinstance(agent, Agent) else tuple(agent)
     ids = jnp.asarray(agent_ids if agent_ids is not None else np.zeros(keys.shape[0], np.int32))
     memory = tuple(jax.vmap(a.init, (0, 0, None))(akeys, ts.observation, catalog) for a in agents)
     step_only = partial(step, families=())
@@ -157,7 +157,7 @@ def run_plan(
     problems = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *parts)
     envs = tuple(family(entry[0]).env for entry in plan)
     agent_ids = None
-    if isinstance(agent, tuple):
+    if not isinstance(agent, Agent):
         agent_ids = np.concatenate(
             [np.full(entry[1], entry[2] if len(entry) > 2 else 0, np.int32) for entry in plan]
         )
