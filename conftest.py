@@ -58,7 +58,8 @@ def suite(catalog, params, request):
     per_d = 50 if slow else 10
     agents = (make_oracle(), random_agent, silent_agent, empty_cart_agent)
     n = 21 * per_d
-    plan = tuple((name, n, j) for name in C.ENV_NAMES for j in range(len(agents)))
+    # Agent-major: each agent acts on one contiguous run of episodes.
+    plan = tuple((name, n, j) for j in range(len(agents)) for name in C.ENV_NAMES)
     total = n * len(plan)
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(2025), i))(jnp.arange(total))
     d = jnp.arange(total, dtype=jnp.int32) % 21

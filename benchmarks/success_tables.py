@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     names = ("oracle", "random", "silent", "empty")
     agents = (make_oracle(), random_agent, silent_agent, empty_cart_agent)
     n = 21 * args.per_d
-    plan = tuple((name, n, j) for name in C.ENV_NAMES for j in range(len(agents)))
+    plan = tuple((name, n, j) for j in range(len(agents)) for name in C.ENV_NAMES)
     total = n * len(plan)
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(2025), i))(jnp.arange(total))
     d = jnp.arange(total, dtype=jnp.int32) % 21

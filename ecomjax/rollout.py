@@ -50,13 +50,21 @@ def _play(catalog, keys, problems, agent, params, max_turns, agent_ids=None) -> 
     """Reset, then agent/step turns until every episode ends. Steps do not score.
 
     ``agent`` may be a tuple of agents with static ``agent_ids`` [B] naming each episode's
-    agent: every agent is evaluated and each episode keeps its own (one compile for a test
-    suite of several agents)."""
+    agent; each agent runs only on its own contiguous runs of episodes (one compile for a
+    test suite of several agents, and no agent pays for another's episodes)."""
     states, ts = jax.vmap(reset, (0, None, 0, None))(keys, catalog, problems, params)
     akeys = jax.vmap(lambda k: jax.random.fold_in(k, AGENT_STREAM))(keys)
     agents = (agent,) if isinstance(agent, Agent) else tuple(agent)
-    ids = jnp.asarray(agent_ids if agent_ids is not None else np.zeros(keys.shape[0], np.int32))
-    memory = tuple(jax.vmap(a.init, (0, 0, None))(akeys, ts.observation, catalog) for a in agents)
+    ids = np.asarray(agent_ids if agent_ids is not None else np.zeros(keys.shape[0], np.int32))
+    runs = _runs(ids)
+
+    def sl(tree, a, b):
+        return jax.tree_util.tree_map(lambda x: x[a:b], tree)
+
+    memory = tuple(
+        jax.vmap(agents[j].init, (0, 0, None))(akeys[a:b], sl(ts.observation, a, b), catalog)
+        for j, a, b in runs
+    )
     step_only = partial(step, families=())
 
     def running(states):
@@ -71,20 +79,11 @@ def _play(catalog, keys, problems, agent, params, max_turns, agent_ids=None) -> 
         live = running(states)
         k = jax.vmap(lambda key: jax.random.fold_in(key, t))(akeys)
         outs = [
-            jax.vmap(a.act, (0, 0, 0, None))(k, m, obs, catalog)
-            for a, m in zip(agents, memory, strict=True)
+            jax.vmap(agents[j].act, (0, 0, 0, None))(k[a:b], m, sl(obs, a, b), catalog)
+            for (j, a, b), m in zip(runs, memory, strict=True)
         ]
         memory = tuple(m for m, _ in outs)
-        actions = outs[0][1]
-        for j, (_, a) in enumerate(outs[1:], start=1):
-            mine = ids == j
-            actions = jax.tree_util.tree_map(
-                lambda x, y, mine=mine: jnp.where(
-                    mine.reshape(mine.shape + (1,) * (x.ndim - 1)), x, y
-                ),
-                a,
-                actions,
-            )
+        actions = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *[x for _, x in outs])
         # Agents often emit constant fields (no filters); without this barrier XLA would
         # constant-fold [B, calls, N] filter masks at compile time, for minutes.
         actions = jax.lax.optimization_barrier(actions)
@@ -97,6 +96,14 @@ def _play(catalog, keys, problems, agent, params, max_turns, agent_ids=None) -> 
     init = (states, ts.observation, memory, jnp.int32(0), jnp.int32(0))
     states, _, _, turns, n_steps = jax.lax.while_loop(cond, body, init)
     return RolloutResult(state=states, env_steps=n_steps, turns=turns)
+
+
+def _runs(ids: np.ndarray) -> list[tuple[int, int, int]]:
+    """(agent, start, end) of each maximal run of equal agent ids."""
+    cut = np.flatnonzero(np.diff(ids)) + 1
+    starts = np.concatenate([[0], cut])
+    ends = np.concatenate([cut, [ids.shape[0]]])
+    return [(int(ids[a]), int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
 
 
 def _score(catalog, states: EpisodeState, params, families) -> EpisodeState:

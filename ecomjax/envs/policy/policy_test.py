@@ -385,7 +385,7 @@ def test_most_common_answer_exploit(catalog):
     print("most-common exploit IsCorrect by d:", [float(ok[d == k].mean()) for k in range(21)])
 
 
-@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
+@pytest.mark.slow  # the same rollout as above, stated as the bound
 @pytest.mark.xfail(strict=True, reason="SPEC §9.5 lets a context-free modal answer win >50 %")
 def test_most_common_answer_exploit_is_blocked(catalog):
     res = play(catalog, policy_most_common_agent, seed=3)
