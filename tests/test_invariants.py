@@ -46,8 +46,6 @@ def test_immediate_empty_answer_scores_low(suite, env):
     assert not np.asarray(r.is_correct).any()
     if env in EMPTY_SCORES:
         np.testing.assert_allclose(np.asarray(r.r_total), -0.60, atol=1e-6)
-    else:  # an answer without its required fields is an invalid answer: a hard fail
-        assert (np.asarray(r.r_total) <= -0.60 + 1e-6).all()
 
 
 @pytest.mark.parametrize("env", C.ENV_NAMES)

@@ -3,8 +3,9 @@
 After each turn the first matching rule applies: (1) nothing introduced is open → SWITCH
 to the next sub-goal, or DONE when none is left; (2) the active sub-goal was addressed this
 turn and an older one is open → SWITCH back to the oldest open one; (3) with probability
-p_switch(d) (stream SWITCH, keyed by turn), if the active sub-goal was never interrupted and
-one is still to be introduced → SWITCH to it mid-task.
+p_switch(d) (stream SWITCH, keyed by turn), if the active sub-goal was never interrupted,
+one is still to be introduced and the agent worked this turn (a tool call or an answer)
+→ SWITCH to it mid-task.
 """
 
 from __future__ import annotations
@@ -49,7 +50,11 @@ def agenda(
     rule2 = ~rule1 & addressed_now[active]
     p_switch = D.difficulty(problem.d, params.overrides).p_switch
     u = jax.random.uniform(stream(key, "SWITCH", dlg.turn))
+    # "Mid-task" means the agent is working: a turn with no tool call and no answer (a
+    # silent turn) is never interrupted, so a silent agent meets SPEC §13.5 exactly.
+    working = (action.tool != 0).any() | ans.present
     rule3 = ~rule1 & ~rule2 & (u < p_switch) & ~dlg.interrupted[active] & has_new & open_[active]
+    rule3 = rule3 & working
 
     switch = (rule1 & has_new) | rule2 | rule3
     intro = (rule1 & has_new) | rule3

@@ -75,12 +75,16 @@ def test_rule2_resumes_the_oldest_open_subgoal():
 
 def test_rule3_switches_mid_task_once_per_subgoal():
     problem, dlg = _situation([0, 2, 5], introduced=[0], addressed=[], active=0)
-    ag = agenda(problem, dlg, _answering(None), jax.random.key(0), ALWAYS)
+    working = _answering(None).replace(tool=empty_action().tool.at[0].set(C.Tool.ORDER_LIST))
+    ag = agenda(problem, dlg, working, jax.random.key(0), ALWAYS)
     assert bool(ag.switch) and bool(ag.intro) and int(ag.target) == 1
     assert bool(ag.interrupted[0])
+    # A silent turn (no call, no answer) is never interrupted.
+    ag = agenda(problem, dlg, _answering(None), jax.random.key(0), ALWAYS)
+    assert not bool(ag.switch)
     # An interrupted sub-goal is never interrupted again.
     problem, dlg = _situation([0, 2, 5], introduced=[0, 1], addressed=[], active=0, interrupted=[0])
-    ag = agenda(problem, dlg, _answering(None), jax.random.key(0), ALWAYS)
+    ag = agenda(problem, dlg, working, jax.random.key(0), ALWAYS)
     assert not bool(ag.switch)
     # Without any switch probability nothing happens mid-task.
     problem, dlg = _situation([0, 2, 5], introduced=[0], addressed=[], active=0)
