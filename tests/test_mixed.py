@@ -94,4 +94,16 @@ def test_exploit_agents_fail(exploits, name):
             continue
         rate = ok[a:b].mean()
         print(f"{name} on {fam}: {ok[a:b].sum()}/{b - a} correct")
+        if name == "status_most_common":
+            # SPEC §8.5 draws the target uniformly over H orders and §1.8 makes 45 % of
+            # them DELIVERED, so "newest order, DELIVERED" wins whenever that is the
+            # truth: ~1/H · P(DELIVERED), over 5 % at small H (README, Known limits).
+            # It must win exactly then, and never otherwise.
+            p = res.state.problem
+            target = np.asarray(p.status_order)[a:b]
+            newest = np.asarray(p.n_orders)[a:b] - 1
+            status = np.asarray(p.order_status)[a:b][np.arange(b - a), target]
+            assert np.array_equal(ok[a:b], (target == newest) & (status == 3))
+            assert rate <= 0.15
+            continue
         assert rate <= 0.05, f"{name} succeeds {rate:.1%} on {fam}"
