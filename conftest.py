@@ -7,10 +7,11 @@ import os
 import jax
 import pytest
 
-jax.config.update(
-    "jax_compilation_cache_dir", os.path.join(os.path.dirname(__file__), ".jax_cache")
-)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 2.0)
+# A persistent compile cache speeds up reruns; ECOMJAX_JAX_CACHE=off measures a cold run.
+_CACHE = os.environ.get("ECOMJAX_JAX_CACHE", os.path.join(os.path.dirname(__file__), ".jax_cache"))
+if _CACHE != "off":
+    jax.config.update("jax_compilation_cache_dir", _CACHE)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 2.0)
 
 
 def pytest_addoption(parser):
@@ -40,27 +41,72 @@ def params():
     return EnvParams()
 
 
-SUITE_AGENTS = ("oracle", "random", "silent", "empty")
+# The reference agents play every family; each exploit plays the families it targets.
+SUITE_AGENTS = (
+    "oracle",
+    "random",
+    "silent",
+    "empty",
+    "first_k",
+    "history_cart",
+    "return_all",
+    "status_most_common",
+    "unseen_ids",
+    "policy_most_common",
+)
+SUITE_STATS: dict[str, int] = {}
+
+
+def _suite_agents_and_targets():
+    from ecomjax import constants as C
+    from ecomjax.agents import empty_cart_agent, random_agent, silent_agent
+    from ecomjax.agents.exploits import SHORTCUTS, policy_most_common_agent
+    from ecomjax.agents.oracle import make_oracle
+
+    every = tuple(C.ENV_NAMES)
+    table = {
+        "oracle": (make_oracle(), every),
+        "random": (random_agent, every),
+        "silent": (silent_agent, every),
+        "empty": (empty_cart_agent, every),
+        "policy_most_common": (policy_most_common_agent, ("POLICY",)),
+    }
+    for name, (agent, envs) in SHORTCUTS.items():
+        table[name] = (agent, tuple(C.ENV_NAMES[e] for e in envs))
+    return [table[name] for name in SUITE_AGENTS]
 
 
 @pytest.fixture(scope="session")
 def suite(catalog, params, request):
-    """Every family x every reference agent x d = 0..20 in ONE compiled mixed rollout, so
-    the SPEC §13 sweeps of all families cost one compile. Returns (plan, d, result)."""
+    """Every family x every reference agent, and every exploit agent on its families,
+    x d = 0..20, in ONE compiled mixed rollout, so the SPEC §13 sweeps and the exploit
+    checks of all families cost one compile. The compiled plan runs in rounds with new
+    keys and d shifted by the round (2 rounds of 3 episodes per (family, agent, d) by
+    default; 20 rounds of 10 with --runslow), and ``SUITE_STATS`` records that later
+    rounds never recompiled. Returns (plan repeated per round, d, result concatenated)."""
     import jax.numpy as jnp
 
-    from ecomjax import constants as C
-    from ecomjax.agents import empty_cart_agent, random_agent, silent_agent
-    from ecomjax.agents.oracle import make_oracle
     from ecomjax.rollout import run_plan_jit
 
     slow = request.config.getoption("--runslow") or os.environ.get("ECOMJAX_SLOW") == "1"
-    per_d = 50 if slow else 10
-    agents = (make_oracle(), random_agent, silent_agent, empty_cart_agent)
+    per_d, rounds = (10, 20) if slow else (3, 2)
+    table = _suite_agents_and_targets()
+    agents = tuple(agent for agent, _ in table)
     n = 21 * per_d
     # Agent-major: each agent acts on one contiguous run of episodes.
-    plan = tuple((name, n, j) for j in range(len(agents)) for name in C.ENV_NAMES)
+    plan = tuple((env, n, j) for j, (_, envs) in enumerate(table) for env in envs)
     total = n * len(plan)
-    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(2025), i))(jnp.arange(total))
-    d = jnp.arange(total, dtype=jnp.int32) % 21
-    return plan, d, run_plan_jit(catalog, keys, d, plan, agents, params)
+    results, ds = [], []
+    for r in range(rounds):
+        ids = r * total + jnp.arange(total)
+        keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(2025), i))(ids)
+        d = (jnp.arange(total, dtype=jnp.int32) + r) % 21
+        results.append(run_plan_jit(catalog, keys, d, plan, agents, params))
+        ds.append(d)
+        SUITE_STATS.setdefault("cache_after_first_round", run_plan_jit._cache_size())
+    SUITE_STATS["cache_after_last_round"] = run_plan_jit._cache_size()
+    SUITE_STATS["rounds"] = rounds
+    res = jax.tree_util.tree_map(
+        lambda *xs: jnp.concatenate([jnp.atleast_1d(x) for x in xs]), *results
+    )
+    return plan * rounds, jnp.concatenate(ds), res

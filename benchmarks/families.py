@@ -85,7 +85,7 @@ def bench_pool(catalog, params, batch: int, repeats: int) -> dict:
             keys, catalog, d, params
         )
         agent = make_oracle((fam.env,))
-        play = jax.jit(lambda k, p: _play(catalog, k, p, agent, params, 14))
+        play = jax.jit(lambda k, p: _play(catalog, k, p, agent, params, 14, families=(fam.env,)))
         states = jax.block_until_ready(play(keys, probs).state)
         score = jax.jit(jax.vmap(lambda s: verify(catalog, s, params, (fam.env,))))
         t0 = time.perf_counter()

@@ -18,6 +18,7 @@ import numpy as np
 from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
+from ecomjax.compact import first_true
 from ecomjax.predicates import SCALE, TOL, disc_values, num_values_scaled
 from ecomjax.types import EnvParams, Problem
 
@@ -235,8 +236,8 @@ def constraints_from_slots(
     """The inverse of ``write_constraint_slots`` for an agent: one sub-goal's known slot
     rows (bool / float32 / int32 [N_SLOTS]) -> a constraint set (attr, op, val) [MC]."""
     is_cons = jnp.asarray(SLOT_ATTR >= 0) & stated
-    order = jnp.argsort(~is_cons, stable=True)[:MC]
-    take = is_cons[order]
+    order = first_true(is_cons, MC)
+    take = order >= 0
     attr = jnp.where(take, jnp.asarray(SLOT_ATTR)[order], -1)
     return (
         attr.astype(jnp.int32),

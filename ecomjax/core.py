@@ -201,11 +201,13 @@ def step(
     params: EnvParams,
     search: SearchResults | None = None,
     families: Sequence[int] = ALL_FAMILIES,
+    present: Sequence[int] | None = None,
 ) -> tuple[EpisodeState, TimeStep]:
     """One agent turn. ``search`` may be resolved beforehand (batch-skippable stage or the
     host's FAISS); otherwise the device retrieval runs here. ``families`` (static) are the
     families the batch may hold; an empty tuple skips scoring, for drivers that verify
-    per family slice after the episode (``verify``).
+    per family slice after the episode (``verify``). ``present`` (static, default
+    ``families`` or all) narrows the customer to the families the batch may hold.
 
     There is no step key: every draw comes from the episode key (SPEC §12), so the same
     seed and action sequence replay bit-identically."""
@@ -251,6 +253,7 @@ def step(
         pending_done,
         state.key,
         params,
+        tuple(present if present is not None else (families or ALL_FAMILIES)),
     )
     dlg = jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), rep.dialogue, dlg)
     act = jax.tree_util.tree_map(lambda a: jnp.where(live, a, jnp.zeros_like(a)), rep.act)

@@ -7,6 +7,8 @@ Family-specific feedback (CART now) plugs in beside the shared CLARIFY and compo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -178,6 +180,19 @@ def _includes(
     return items_ok & extras_ok
 
 
+def _any(present: tuple[int, ...], *families: int) -> bool:
+    return any(int(f) in present for f in families)
+
+
+def _when(needed: bool, fn, *args):
+    """``fn(*args)`` if its family can occur, else zeros of its output's shape. Every use of
+    such an output is selected by a per-episode family test that is then false."""
+    if needed:
+        return fn(*args)
+    shapes = jax.eval_shape(lambda: fn(*args))
+    return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
 def reply(
     catalog: Catalog,
     problem: Problem,
@@ -190,11 +205,15 @@ def reply(
     stored_pending_done: jax.Array,
     key: jax.Array,
     params: EnvParams,
+    families: Sequence[int] = tuple(C.Env),
 ) -> Reply:
     """The customer's reply after a non-terminal turn (SPEC §10.2, §10.3).
 
     ``world_before`` is the world before this turn's calls (RETURN judges the returns the
-    turn created); ``key`` is the episode key (JOURNEY's SWITCH draw)."""
+    turn created); ``key`` is the episode key (JOURNEY's SWITCH draw). ``families``
+    (static) names the families the batch may hold: the CART, RETURN and JOURNEY parts are traced
+    only when their family can occur (elsewhere their outputs are never selected)."""
+    present_fams = tuple(int(f) for f in families)
     env = problem.env
     is_journey = env == C.Env.JOURNEY
     sub = jnp.where(scratch.ask_subgoal >= 0, scratch.ask_subgoal, dlg.active)
@@ -207,8 +226,26 @@ def reply(
     cart_on = has_cart & dlg.introduced[crow]
     # Presentations are judged while the CART sub-goal is the one being talked about.
     present = jnp.where(cart_on & (~is_journey | (dlg.active == crow)), action.present, -1)
-    fb: CartFeedback = cart_feedback(problem, world, dlg, scratch, present, shocked_items)
-    rfb: ReturnFeedback = return_feedback(catalog, problem, world_before, world, dlg, scratch)
+    fb: CartFeedback = _when(
+        _any(present_fams, C.Env.CART, C.Env.JOURNEY),
+        cart_feedback,
+        problem,
+        world,
+        dlg,
+        scratch,
+        present,
+        shocked_items,
+    )
+    rfb: ReturnFeedback = _when(
+        _any(present_fams, C.Env.RETURN, C.Env.JOURNEY),
+        return_feedback,
+        catalog,
+        problem,
+        world_before,
+        world,
+        dlg,
+        scratch,
+    )
     has_ret = (env == C.Env.RETURN) | (is_journey & (problem.sub_env == C.Env.RETURN).any())
     rrow = jnp.where(is_journey, jnp.argmax(problem.sub_env == C.Env.RETURN), 0)
     ret_on = has_ret & dlg.introduced[rrow]
@@ -221,7 +258,9 @@ def reply(
     confirm_new = (cart_on & fb.confirm & fb.confirm_new) | (ret_on & rfb.confirm_new)
 
     # JOURNEY agenda (SPEC §8.8); outside JOURNEY, DONE follows a stored done=false answer.
-    ag: Agenda = agenda(problem, dlg, action, key, params)
+    ag: Agenda = _when(
+        _any(present_fams, C.Env.JOURNEY), agenda, problem, dlg, action, key, params
+    )
     switch = is_journey & ag.switch
     done = jnp.where(is_journey, ag.done, stored_pending_done) & ~dlg.done_emitted
     user_caused = (clarify & (n_revealed > 0)) | (confirm & confirm_new) | switch

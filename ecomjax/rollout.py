@@ -46,40 +46,87 @@ def max_turns_for(families) -> int:
     return t * C.MAX_SUBGOALS if C.Env.JOURNEY in tuple(families) else t
 
 
-def _play(catalog, keys, problems, agent, params, max_turns, agent_ids=None) -> RolloutResult:
+def _play(
+    catalog,
+    keys,
+    problems,
+    agent,
+    params,
+    max_turns,
+    agent_ids=None,
+    long=None,
+    families=ALL_FAMILIES,
+) -> RolloutResult:
     """Reset, then agent/step turns until every episode ends. Steps do not score.
 
     ``agent`` may be a tuple of agents with static ``agent_ids`` [B] naming each episode's
     agent; each agent runs only on its own contiguous runs of episodes (one compile for a
-    test suite of several agents, and no agent pays for another's episodes)."""
+    test suite of several agents, and no agent pays for another's episodes).
+
+    ``long`` (static bool [B]) marks episodes that may outlast the others (JOURNEY runs up
+    to L_int x T_max turns). Once every other episode has ended, the loop goes on over the
+    long ones alone, so a mixed batch does not pay full-batch turns for its journeys.
+    Episodes are independent under vmap, so the split changes no result. ``families``
+    (static) are the families the batch holds; the customer traces only their parts."""
     states, ts = jax.vmap(reset, (0, None, 0, None))(keys, catalog, problems, params)
     akeys = jax.vmap(lambda k: jax.random.fold_in(k, AGENT_STREAM))(keys)
     agents = (agent,) if isinstance(agent, Agent) else tuple(agent)
     ids = np.asarray(agent_ids if agent_ids is not None else np.zeros(keys.shape[0], np.int32))
     runs = _runs(ids)
-
-    def sl(tree, a, b):
-        return jax.tree_util.tree_map(lambda x: x[a:b], tree)
-
     memory = tuple(
-        jax.vmap(agents[j].init, (0, 0, None))(akeys[a:b], sl(ts.observation, a, b), catalog)
+        jax.vmap(agents[j].init, (0, 0, None))(
+            akeys[a:b], _take(ts.observation, np.arange(a, b)), catalog
+        )
         for j, a, b in runs
     )
-    step_only = partial(step, families=())
+    long = None if long is None else np.asarray(long, bool)
+    if long is None or long.all() or not long.any():
+        carry = (states, ts.observation, memory, jnp.int32(0), jnp.int32(0))
+        states, _, _, turns, n_steps = _turns(
+            catalog, agents, runs, params, akeys, carry, max_turns, families
+        )
+        return RolloutResult(state=states, env_steps=n_steps, turns=turns)
+    carry = (states, ts.observation, memory, jnp.int32(0), jnp.int32(0))
+    states, obs, memory, t, n_steps = _turns(
+        catalog, agents, runs, params, akeys, carry, max_turns, families, jnp.asarray(~long)
+    )
+    idx = np.flatnonzero(long)
+    sub_runs = _runs(ids[idx])
+    carry = (
+        _take(states, idx),
+        _take(obs, idx),
+        _sub_memory(memory, runs, idx, sub_runs),
+        t,
+        n_steps,
+    )
+    sub, _, _, turns, n_steps = _turns(
+        catalog, agents, sub_runs, params, akeys[idx], carry, max_turns, families
+    )
+    jidx = jnp.asarray(idx)
+    states = jax.tree_util.tree_map(lambda x, y: x.at[jidx].set(y), states, sub)
+    return RolloutResult(state=states, env_steps=n_steps, turns=turns)
+
+
+def _turns(catalog, agents, runs, params, akeys, carry, max_turns, families, watch=None):
+    """Agent/step turns while an episode runs (only those in ``watch``, if given)."""
+    step_only = partial(step, families=(), present=tuple(families))
 
     def running(states):
         return states.dialogue.termination == C.Termination.RUNNING
 
     def cond(carry):
         states, _, _, t, _ = carry
-        return running(states).any() & (t < max_turns)
+        live = running(states) if watch is None else running(states) & watch
+        return live.any() & (t < max_turns)
 
     def body(carry):
         states, obs, memory, t, n_steps = carry
         live = running(states)
         k = jax.vmap(lambda key: jax.random.fold_in(key, t))(akeys)
         outs = [
-            jax.vmap(agents[j].act, (0, 0, 0, None))(k[a:b], m, sl(obs, a, b), catalog)
+            jax.vmap(agents[j].act, (0, 0, 0, None))(
+                k[a:b], m, _take(obs, np.arange(a, b)), catalog
+            )
             for (j, a, b), m in zip(runs, memory, strict=True)
         ]
         memory = tuple(m for m, _ in outs)
@@ -93,9 +140,20 @@ def _play(catalog, keys, problems, agent, params, max_turns, agent_ids=None) -> 
         )
         return states, ts.observation, memory, t + 1, n_steps + live.sum()
 
-    init = (states, ts.observation, memory, jnp.int32(0), jnp.int32(0))
-    states, _, _, turns, n_steps = jax.lax.while_loop(cond, body, init)
-    return RolloutResult(state=states, env_steps=n_steps, turns=turns)
+    return jax.lax.while_loop(cond, body, carry)
+
+
+def _sub_memory(memory, runs, idx: np.ndarray, sub_runs) -> tuple:
+    """Agent memory for the episodes ``idx``, laid out by ``sub_runs`` (each a set of
+    positions from one or more of the original runs of the same agent)."""
+    starts = np.array([a for _, a, _ in runs])
+    out = []
+    for _, a2, b2 in sub_runs:
+        pos = idx[a2:b2]
+        owner = np.searchsorted(starts, pos, side="right") - 1
+        pieces = [_take(memory[r], pos[owner == r] - runs[r][1]) for r in np.unique(owner).tolist()]
+        out.append(jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *pieces))
+    return tuple(out)
 
 
 def _runs(ids: np.ndarray) -> list[tuple[int, int, int]]:
@@ -132,7 +190,7 @@ def run_batch(
     difficulties; ``families`` (static) bounds which verifiers are traced."""
     problems = jax.vmap(generate, (0, None, 0, None))(keys, catalog, d, params)
     turns = max_turns if max_turns is not None else max_turns_for(families)
-    res = _play(catalog, keys, problems, agent, params, turns)
+    res = _play(catalog, keys, problems, agent, params, turns, families=families)
     return res.replace(state=_score(catalog, res.state, params, families))
 
 
@@ -143,6 +201,51 @@ def slices(plan: Plan) -> list[tuple[str, int, int]]:
         out.append((entry[0], start, start + entry[1]))
         start += entry[1]
     return out
+
+
+def _family_groups(plan: Plan) -> list[tuple[str, np.ndarray]]:
+    """Each family's episode positions over all its slices (one trace per family, however
+    many agents share it)."""
+    pos: dict[str, list[np.ndarray]] = {}
+    for name, a, b in slices(plan):
+        pos.setdefault(name, []).append(np.arange(a, b))
+    return [(name, np.concatenate(p)) for name, p in pos.items()]
+
+
+def _take(tree, idx: np.ndarray):
+    if idx.size and np.array_equal(idx, np.arange(idx[0], idx[0] + idx.size)):
+        a = int(idx[0])
+        return jax.tree_util.tree_map(lambda x: x[a : a + idx.size], tree)
+    return jax.tree_util.tree_map(lambda x: jnp.take(x, jnp.asarray(idx), axis=0), tree)
+
+
+def _by_family(plan: Plan, fn, *batched):
+    """Apply ``fn(family_name, *parts)`` once per family over its positions, and put the
+    outputs back in plan order."""
+    groups = _family_groups(plan)
+    outs = [fn(name, *(_take(x, idx) for x in batched)) for name, idx in groups]
+    order = np.concatenate([idx for _, idx in groups])
+    out = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *outs)
+    if np.array_equal(order, np.arange(order.size)):
+        return out
+    return _take(out, np.argsort(order))
+
+
+def _narrowed(plan: Plan, agent) -> tuple[tuple[Agent, ...], np.ndarray]:
+    """Each slice's agent, narrowed to the slice's family where the agent offers that
+    (``Agent.for_family``), and the static agent id of every episode."""
+    given = (agent,) if isinstance(agent, Agent) else tuple(agent)
+    agents, index, ids = list(given), {}, []
+    for entry in plan:
+        j = entry[2] if len(entry) > 2 else 0
+        if given[j].for_family is not None:
+            env = int(family(entry[0]).env)
+            if (j, env) not in index:
+                index[j, env] = len(agents)
+                agents.append(given[j].for_family(env))
+            j = index[j, env]
+        ids.append(np.full(entry[1], j, np.int32))
+    return tuple(agents), np.concatenate(ids)
 
 
 def run_plan(
@@ -156,26 +259,31 @@ def run_plan(
     """A mixed batch: slice i holds ``plan[i][1]`` episodes of family ``plan[i][0]``.
 
     A plan entry may name a third field, the index of its agent in ``agent`` (a tuple of
-    agents): a whole test suite of agents then shares one compiled rollout."""
-    parts = []
-    for name, a, b in slices(plan):
+    agents): a whole test suite of agents then shares one compiled rollout. Generation and
+    verification are traced once per family, over all of that family's slices."""
+
+    def generate(name, k, dd):
         gen = family(name).generate
-        parts.append(jax.vmap(gen, (0, None, 0, None))(keys[a:b], catalog, d[a:b], params))
-    problems = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *parts)
+        return jax.vmap(gen, (0, None, 0, None))(k, catalog, dd, params)
+
+    problems = _by_family(plan, generate, keys, d)
     envs = tuple(family(entry[0]).env for entry in plan)
-    agent_ids = None
-    if not isinstance(agent, Agent):
-        agent_ids = np.concatenate(
-            [np.full(entry[1], entry[2] if len(entry) > 2 else 0, np.int32) for entry in plan]
-        )
-    res = _play(catalog, keys, problems, agent, params, max_turns_for(envs), agent_ids)
-    scored = []
-    for name, a, b in slices(plan):
-        sl = jax.tree_util.tree_map(lambda x, a=a, b=b: x[a:b], res.state)
+    agents, agent_ids = _narrowed(plan, agent)
+    short = max_turns_for(())
+    long = np.concatenate(
+        [np.full(e[1], max_turns_for((env,)) > short) for e, env in zip(plan, envs, strict=True)]
+    )
+    present = tuple(sorted({int(e) for e in envs}))
+    res = _play(
+        catalog, keys, problems, agents, params, max_turns_for(envs), agent_ids, long, present
+    )
+
+    def score(name, states):
         fam = family(name).env
         fams = ALL_FAMILIES if fam == C.Env.JOURNEY else (fam,)
-        scored.append(_score(catalog, sl, params, fams).reward)
-    reward = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *scored)
+        return _score(catalog, states, params, fams).reward
+
+    reward = _by_family(plan, score, res.state)
     return res.replace(state=res.state.replace(reward=reward))
 
 

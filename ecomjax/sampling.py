@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
+from ecomjax.compact import compact
 from ecomjax.types import EnvParams, Problem, empty_problem
 
 TRIES = 64
@@ -105,7 +106,7 @@ def append_protected(protected: jax.Array, new: jax.Array) -> jax.Array:
     free = protected < 0
     rank = jnp.cumsum(free) - 1  # k-th free entry
     valid = new >= 0
-    packed = new[jnp.argsort(~valid, stable=True)]
+    packed = compact(new, valid, new.shape[0])
     n_new = valid.sum()
     take = free & (rank < n_new)
     return jnp.where(take, packed[jnp.clip(rank, 0, new.shape[0] - 1)], protected)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
+from ecomjax.compact import first_true
 from ecomjax.types import Problem, World
 from ecomjax.world import safe
 
@@ -22,14 +23,6 @@ def keyed_uniform(key: jax.Array, n: int) -> jax.Array:
     h = (h ^ (h >> 13)) * jnp.uint32(0xC2B2AE35)
     h = h ^ (h >> 16)
     return (h >> 8).astype(jnp.float32) * jnp.float32(1.0 / (1 << 24))
-
-
-def first_true(mask: jax.Array, k: int) -> jax.Array:
-    """int32 [k]: indices of the first k True entries, -1 padded. A prefix count and a
-    binary search are far cheaper on CPU than ``jnp.nonzero(size=k)``."""
-    cs = jax.lax.associative_scan(jnp.add, mask.astype(jnp.int32))
-    pos = jnp.searchsorted(cs, jnp.arange(1, k + 1, dtype=jnp.int32), side="left")
-    return jnp.where(pos < mask.shape[0], pos, -1).astype(jnp.int32)
 
 
 def goal_categories(catalog: Catalog, problem: Problem) -> jax.Array:

@@ -56,16 +56,22 @@ def _host(x) -> np.ndarray:
 
 
 def suite_part(suite, env: str, agent: str, agents: tuple[str, ...]):
-    """(d, state) of one (family, agent) slice of a multi-agent ``run_plan`` result."""
+    """(d, state) of all (family, agent) slices of a multi-agent ``run_plan`` result (a plan
+    run in several rounds repeats its entries)."""
     from ecomjax.rollout import slices
 
     plan, d, res = suite
     j = agents.index(agent)
-    for (name, a, b), entry in zip(slices(plan), plan, strict=True):
-        if name == env and entry[2] == j:
-            state = jax.tree_util.tree_map(lambda x, a=a, b=b: x[a:b], res.state)
-            return np.asarray(d[a:b]), state
-    raise KeyError((env, agent))
+    idx = [
+        np.arange(a, b)
+        for (name, a, b), entry in zip(slices(plan), plan, strict=True)
+        if name == env and entry[2] == j
+    ]
+    if not idx:
+        raise KeyError((env, agent))
+    sel = jnp.asarray(np.concatenate(idx))
+    state = jax.tree_util.tree_map(lambda x: x[sel], res.state)
+    return np.asarray(d)[np.asarray(sel)], state
 
 
 def check_reward_ranges(r, params: EnvParams | None = None) -> None:

@@ -237,6 +237,9 @@ class Action:
     has_message: jax.Array  # bool: a non-empty message to the customer
     present: jax.Array  # int32 [MAX_PRESENTED]: products the message presents (id or title)
     tool: jax.Array  # int32 [MAX_TOOL_CALLS], Tool
+    # Calls the turn made, counted by the parser before slots run out (12+ calls at
+    # B_tool = MAX_TOOL_CALLS must still fail the budget); 0 = count the used slots.
+    n_calls: jax.Array  # int32
     bad_args: jax.Array  # bool [MAX_TOOL_CALLS]: the parser found a schema violation
     product: jax.Array  # int32 [MAX_TOOL_CALLS], product_id / new_product_id / similar_to
     variant: jax.Array  # int32 [MAX_TOOL_CALLS], variant index, -1 = null
@@ -264,6 +267,7 @@ def empty_action(embed_dim: int = C.EMBED_DIM) -> Action:
         has_message=jnp.bool_(False),
         present=_full(C.MAX_PRESENTED, -1),
         tool=_full(b, C.Tool.NONE),
+        n_calls=jnp.int32(0),
         bad_args=_full(b, False, bool),
         product=_full(b, -1),
         variant=_full(b, -1),

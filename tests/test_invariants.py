@@ -1,5 +1,5 @@
 """SPEC §13 invariants 1, 2, 5 and 6 for every family, from one shared mixed rollout
-(conftest ``suite``: 10 episodes per d per family per agent; 50 with --runslow)."""
+(conftest ``suite``: 5 episodes per d per family per agent; 200 with --runslow)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,9 @@ def test_oracle_reaches_is_correct(suite, env):
     bad = np.flatnonzero(~ok)
     assert ok.mean() >= 0.99, f"{env}: {bad.size} failures at d={d[bad].tolist()}"
     assert (np.asarray(st.dialogue.turn) <= np.asarray(st.problem.t_max)).all()
+    # The oracle uses only ids that tools returned, and never breaks the action schema.
+    assert (np.asarray(r.hard_fail) == 0).all()
+    assert (np.asarray(r.r_hall) == 0).all()
 
 
 @pytest.mark.parametrize("env", C.ENV_NAMES)
@@ -58,7 +61,7 @@ def test_random_agent_stays_within_bounds(suite, env):
     low, high = ok[d < 4], ok[d >= 4]
     print(f"{env} random IsCorrect {ok.sum()}/{ok.size}; mean r_total {r.r_total.mean():.3f}")
     assert low.mean() <= 0.25 and high.mean() <= 0.10
-    if ok.size >= 21 * 50:  # the full sweep: the bound of §13.6 per (env, d)
+    if ok.size >= 21 * 200:  # the full sweep: the bound of §13.6 per (env, d)
         for level in range(21):
             assert ok[d == level].mean() <= (0.25 if level < 4 else 0.10), (env, level)
     gap = float(np.asarray(orc.reward.r_total).mean() - np.asarray(r.r_total).mean())

@@ -10,6 +10,7 @@ families a batch may hold and picks each episode's by its disclosed env id.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +31,11 @@ def _plans(families: Sequence[int]) -> dict[int, object]:
 
 
 def make_oracle(families: Sequence[int] = tuple(C.Env)) -> Agent:
+    return _oracle(tuple(sorted({int(f) for f in families})))
+
+
+@cache
+def _oracle(families: tuple[int, ...]) -> Agent:
     plans = _plans(families)
     names = "+".join(C.ENV_NAMES[f] for f in plans)
 
@@ -50,7 +56,8 @@ def make_oracle(families: Sequence[int] = tuple(C.Env)) -> Agent:
             action = jax.tree_util.tree_map(lambda x, y: jnp.where(mine, x, y), a, action)
         return out_mem, action
 
-    return Agent(f"oracle[{names}]", init, act)
+    narrow = None if len(plans) == 1 else (lambda f: _oracle((int(f),)))
+    return Agent(f"oracle[{names}]", init, act, narrow)
 
 
 oracle_agent = make_oracle()

@@ -12,6 +12,7 @@ from flax import struct
 
 from ecomjax import constants as C
 from ecomjax.agents.base import Agent
+from ecomjax.compact import compact
 from ecomjax.types import AnswerFields, empty_action
 
 T = C.Tool
@@ -38,8 +39,7 @@ def _remember(mem: RandomMemory, obs) -> RandomMemory:
     small = jnp.where(rows & product_rows[:, None] & (res.ids >= 0), res.ids, -1).reshape(-1)
     ids = jnp.concatenate([small, res.search.ids.reshape(-1)])
     keep = ids >= 0
-    order = jnp.argsort(~keep, stable=True)[:SEEN]
-    new, n_new = ids[order], jnp.minimum(keep.sum(), SEEN)
+    new, n_new = compact(ids, keep, SEEN), jnp.minimum(keep.sum(), SEEN)
     pos = (mem.n_seen + jnp.arange(SEEN)) % SEEN
     seen = mem.seen.at[jnp.where(jnp.arange(SEEN) < n_new, pos, SEEN)].set(new, mode="drop")
     return mem.replace(seen=seen, n_seen=mem.n_seen + n_new)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
+from ecomjax.compact import compact, first_true
 from ecomjax.kernels.topk import masked_topk
 from ecomjax.predicates import disc_values, filters_pass, num_values_scaled
 from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, no_search
@@ -120,10 +121,7 @@ def _mix_distractors(
     pick = jnp.where(earlier.any(-1), -1, pick)
     true_at = true_ids[jnp.clip(t_before, 0, R - 1)]
     out = jnp.where(is_dist, pick, jnp.where(slots < total, true_at, -1))
-    keep = out >= 0
-    order = jnp.argsort(~keep, stable=True)
-    out = jnp.where(slots < keep.sum(), out[order], -1)
-    return out
+    return compact(out, out >= 0, R)
 
 
 def resolve_slot(
@@ -186,7 +184,7 @@ def resolve_batch(
     flat = ((actions.tool == C.Tool.CATALOG_SEARCH) & live[:, None]).reshape(-1)
     n_q = flat.sum()
     n_pad = -(-nb // chunk) * chunk
-    order = jnp.pad(jnp.argsort(~flat, stable=True).astype(jnp.int32), (0, n_pad - nb))
+    order = jnp.pad(first_true(flat, nb), (0, n_pad - nb), constant_values=-1)
     out = jax.tree_util.tree_map(lambda x: x.reshape(nb, *x.shape[2:]), no_search((b,)))
 
     def body(carry):

@@ -82,7 +82,7 @@ def hard_fail_kind(action: Action, env: jax.Array, budget: jax.Array) -> jax.Arr
         [
             action.malformed | empty,
             ~call_valid(action).all(),
-            used.sum() > budget,
+            jnp.maximum(used.sum(), action.n_calls) > budget,
             action.answer.present & ~answer_valid(action, env),
         ],
         [HF.MALFORMED_ACTION, HF.INVALID_TOOL_CALL, HF.TOOL_BUDGET_EXCEEDED, HF.INVALID_ANSWER],

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from ecomjax import constants as C
+from ecomjax.compact import compact
 from ecomjax.envs.cart.verifier import item_units
 from ecomjax.tools.execute import TurnScratch
 from ecomjax.types import Dialogue, Problem, World
@@ -34,12 +35,6 @@ class CartFeedback:
     presented: jax.Array  # bool [MAX_ITEMS]
     confirmed_fp: jax.Array
     n_confirmed: jax.Array
-
-
-def _compact(values: jax.Array, keep: jax.Array, size: int) -> jax.Array:
-    order = jnp.argsort(~keep, stable=True)
-    out = jnp.where(keep[order], values[order], -1)
-    return jnp.pad(out, (0, max(0, size - out.shape[0])), constant_values=-1)[:size]
 
 
 def cart_feedback(
@@ -72,12 +67,12 @@ def cart_feedback(
     is_target = (world.cart_pid[:, None] == problem.item_pid[None, :]).any(-1)
     line_extra = line_live & ~is_target
     order = jnp.argsort(jnp.where(line_live, world.cart_no, jnp.iinfo(jnp.int32).max))
-    extra_line_pid = _compact(world.cart_pid[order], line_extra[order], MP)
+    extra_line_pid = compact(world.cart_pid[order], line_extra[order], MP)
     # Several lines may hold the same extra product (different variants): name it once.
     dup = (extra_line_pid[None, :] == extra_line_pid[:, None]) & (
         jnp.arange(MP)[None, :] < jnp.arange(MP)[:, None]
     )
-    extra_line_pid = _compact(extra_line_pid, ~dup.any(-1) & (extra_line_pid >= 0), MP)
+    extra_line_pid = compact(extra_line_pid, ~dup.any(-1) & (extra_line_pid >= 0), MP)
     exact = (issue == CI.NONE).all() & ~line_extra.any()
     fp = cart_fingerprint(world)
     fp_new = ~(dlg.confirmed_fp == fp).any()
@@ -90,7 +85,7 @@ def cart_feedback(
     shown_items = shown.any(0) & valid
     new_items = shown_items & ~dlg.presented & ~cart_turn
     not_mine = (present >= 0) & ~shown.any(-1) & ~cart_turn
-    not_mine_pid = _compact(present, not_mine, MP)
+    not_mine_pid = compact(present, not_mine, MP)
 
     extra_pid = jnp.where(cart_correct, extra_line_pid, not_mine_pid)
     extra_kind = jnp.where(extra_pid >= 0, jnp.where(cart_correct, 1, 2), 0)

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from conftest import SUITE_AGENTS
 from ecomjax import constants as C
 from ecomjax.agents.oracle import make_oracle
-from ecomjax.agents.silent import silent_agent
 from ecomjax.core import _init_dialogue
 from ecomjax.difficulty import AxisOverrides
 from ecomjax.envs.journey.agenda import agenda
@@ -156,20 +155,3 @@ def sweep(catalog, params, request):
     d = jnp.arange(n) % 21
     res = run_batch_jit(catalog, keys, d, generate, make_oracle((E.JOURNEY,)), params)
     return d, res
-
-
-@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
-def test_oracle_reaches_is_correct(sweep):
-    d, res = sweep
-    ok = np.asarray(res.state.reward.is_correct)
-    n = ok.size
-    print(f"JOURNEY oracle IsCorrect: {ok.sum()}/{n}")
-    assert ok.mean() >= 0.99, f"JOURNEY oracle IsCorrect {ok.sum()}/{n}"
-
-
-@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
-def test_silent_agent_scores_exactly_minus_090(catalog, params):
-    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(5), i))(jnp.arange(21))
-    res = run_batch_jit(catalog, keys, jnp.arange(21), generate, silent_agent, params)
-    assert np.allclose(np.asarray(res.state.reward.r_total), -0.90, atol=1e-6)
-    assert (np.asarray(res.state.dialogue.termination) == C.Termination.T_MAX).all()

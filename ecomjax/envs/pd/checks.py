@@ -24,30 +24,6 @@ def one(tree, i: int):
     return jax.tree_util.tree_map(lambda x: x[i], tree)
 
 
-def check_ranges(r) -> None:
-    r_total, r_task = np.asarray(r.r_total), np.asarray(r.r_task)
-    r_eff, r_hall = np.asarray(r.r_eff), np.asarray(r.r_hall)
-    hard = np.asarray(r.hard_fail) != 0
-    assert np.all(np.abs(r_total) <= 1 + 1e-6) and np.all(np.abs(r_task) <= 1 + 1e-6)
-    assert np.all(np.abs(r_eff) <= 1 + 1e-6)
-    assert np.all((r_hall <= 0) & (r_hall >= -1))
-    recomposed = np.clip(0.75 * r_task + 0.15 * r_eff + 0.10 * r_hall, -1, 1)
-    np.testing.assert_allclose(np.where(hard, -1.0, recomposed), r_total, atol=1e-6)
-    assert not np.any(np.asarray(r.is_correct) & hard)
-
-
-def random_bounds(d: np.ndarray, rnd_ok, rnd_r, orc_r) -> str:
-    for level in range(C.D_MAX + 1):
-        sel = d == level
-        rate = rnd_ok[sel].mean()
-        assert rate <= (0.25 if level < 4 else 0.10), (level, rate)
-        assert rnd_r[sel].mean() <= orc_r[sel].mean() - 0.5, (level, rnd_r[sel].mean())
-    return (
-        f"random IsCorrect {rnd_ok.sum()}/{rnd_ok.size}; mean r_total {rnd_r.mean():.3f} "
-        f"vs oracle {orc_r.mean():.3f}"
-    )
-
-
 # --- numpy reference verifiers -----------------------------------------------------------
 
 

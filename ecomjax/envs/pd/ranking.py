@@ -8,6 +8,7 @@ import jax.numpy as jnp
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
+from ecomjax.compact import compact
 from ecomjax.kernels.pool import PoolStats, dcg_weights
 from ecomjax.types import World
 
@@ -35,9 +36,8 @@ def answer_list(rec: jax.Array, k: jax.Array) -> tuple[jax.Array, jax.Array, jax
     """(L [K] = the first K listed ids in order, live [K] = position < min(k, |L|),
     first [K] = the id's first occurrence in L). -1 is padding; ids <= -2 are unknown."""
     listed = rec != -1
-    order = jnp.argsort(~listed, stable=True)[:K]
-    ids = rec[order]
-    live = listed[order] & (jnp.arange(K) < k)
+    ids = compact(rec, listed, K)
+    live = (jnp.arange(K) < listed.sum()) & (jnp.arange(K) < k)
     earlier = (ids[None, :] == ids[:, None]) & (jnp.arange(K)[None, :] < jnp.arange(K)[:, None])
     first = ~(earlier & live[None, :]).any(-1)
     return jnp.where(live, ids, -1), live, first

@@ -14,15 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import SUITE_AGENTS
 from ecomjax import constants as C
 from ecomjax import policy_rules as P
-from ecomjax.agents import AGENTS
-from ecomjax.agents.exploits import POLICY_MOST_COMMON, policy_most_common_agent
-from ecomjax.agents.oracle import make_oracle
+from ecomjax.agents.exploits import POLICY_MOST_COMMON
 from ecomjax.envs.policy.generator import context_for_rule, draw_context, generate
 from ecomjax.envs.policy.verifier import verify
-from ecomjax.rollout import run_batch_jit
-from ecomjax.testing import check_reward_ranges
+from ecomjax.testing import suite_part
 from ecomjax.tools.policy import policy_search
 from ecomjax.types import MAX_FACTS, EnvParams, empty_answer_fields
 
@@ -309,69 +307,26 @@ def test_verifier_hand_cases():
     assert _score("return_fee", 5.99, 5.99, has=False) == (-1.0, False, 0.0)  # no answer
 
 
-# --- rollouts (SPEC §13 invariants 1, 2, 5, 6) -------------------------------------------------
+# --- the most-common-answer exploit (from the shared suite, conftest) -----------------------
 
 
-def play(catalog, agent, seed):
-    return run_batch_jit(catalog, keys_for(seed), D, generate, agent, PARAMS)
+def _exploit(suite):
+    return suite_part(suite, "POLICY", "policy_most_common", SUITE_AGENTS)
 
 
-@pytest.fixture(scope="module")
-def oracle_run(catalog):
-    return play(catalog, make_oracle((C.Env.POLICY,)), seed=0)
-
-
-@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
-def test_oracle_reaches_is_correct(oracle_run):
-    res = oracle_run
-    r = res.state.reward
-    ok = np.asarray(r.is_correct)
-    bad = np.flatnonzero(~ok)
-    topics = np.asarray(res.state.problem.pol_topic)[bad]
-    print(f"oracle IsCorrect {ok.sum()}/{ok.size}; failures: d={np.asarray(D)[bad]}, topics="
-          f"{[P.TOPICS[t].name for t in topics]}")  # fmt: skip
-    check_reward_ranges(r)
-    assert np.all(np.asarray(res.state.dialogue.turn) <= np.asarray(res.state.problem.t_max))
-    assert np.all(np.asarray(r.hard_fail) == 0)
-    assert ok.mean() >= 0.99
-
-
-@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
-def test_silent_agent_scores_exactly_minus_090(catalog):
-    res = play(catalog, AGENTS["silent"], seed=7)
-    r = res.state.reward
-    np.testing.assert_allclose(np.asarray(r.r_total), -0.90, atol=1e-6)
-    assert not np.any(np.asarray(r.is_correct))
-    assert np.all(np.asarray(res.state.dialogue.termination) == TM.T_MAX)
-
-
-@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
-def test_random_agent_stays_within_bounds(catalog, oracle_run):
-    rnd = play(catalog, AGENTS["random"], seed=0).state.reward
-    orc = oracle_run.state.reward
-    check_reward_ranges(rnd)
-    d = np.asarray(D)
-    ok, r, o = np.asarray(rnd.is_correct), np.asarray(rnd.r_total), np.asarray(orc.r_total)
-    print(f"random IsCorrect {ok.sum()}/{ok.size}; mean r_total {r.mean():.3f} vs {o.mean():.3f}")
-    for level in range(C.D_MAX + 1):
-        sel = d == level
-        assert ok[sel].mean() <= (0.25 if level < 4 else 0.10), level
-        assert r[sel].mean() <= o[sel].mean() - 0.5, level
-
-
-def test_most_common_answer_exploit(catalog):
+def test_most_common_answer_exploit(suite):
     """Answering the topic's most common value without reading the context.
 
     SPEC §9.5 draws the rule uniformly among rules with c clauses and answers with its
     value, so this shortcut wins whenever the rule's value is its topic's modal one: about
     55 % at c = 1 and ~60-80 % at c >= 2 (topics with one rule of that size, rule 062).
     The bound asked for (<= 5 % at d >= 2) is therefore out of reach under the SPEC; see
-    ``test_most_common_answer_exploit_is_blocked`` (strict xfail). Here: the exploit never
-    beats the oracle and stays at the rate the rule table implies."""
-    res = play(catalog, policy_most_common_agent, seed=3)
-    ok = np.asarray(res.state.reward.is_correct)
-    topic = np.asarray(res.state.problem.pol_topic)
-    answer = np.asarray(res.state.problem.pol_answer)
+    ``test_most_common_answer_exploit_is_blocked`` (strict xfail). Here: the exploit wins
+    exactly on the episodes the rule table implies."""
+    d, st = _exploit(suite)
+    ok = np.asarray(st.reward.is_correct)
+    topic = np.asarray(st.problem.pol_topic)
+    answer = np.asarray(st.problem.pol_answer)
     # Exactly the episodes whose answer is the topic's modal value (within the ρ bar).
     guess = POLICY_MOST_COMMON[topic]
     hit = np.where(
@@ -381,13 +336,11 @@ def test_most_common_answer_exploit(catalog):
     )
     hit |= (np.abs(guess) < 1e-9) & (np.abs(answer) < 1e-9)
     assert np.array_equal(ok, hit)
-    d = np.asarray(D)
     print("most-common exploit IsCorrect by d:", [float(ok[d == k].mean()) for k in range(21)])
 
 
-@pytest.mark.slow  # the same rollout as above, stated as the issue's bound
 @pytest.mark.xfail(strict=True, reason="SPEC §9.5 lets a context-free modal answer win >50 %")
-def test_most_common_answer_exploit_is_blocked(catalog):
-    res = play(catalog, policy_most_common_agent, seed=3)
-    ok = np.asarray(res.state.reward.is_correct)
-    assert ok[np.asarray(D) >= 2].mean() <= 0.05
+def test_most_common_answer_exploit_is_blocked(suite):
+    """The issue's bound, stated as a strict xfail: it must keep failing under this SPEC."""
+    d, st = _exploit(suite)
+    assert np.asarray(st.reward.is_correct)[d >= 2].mean() <= 0.05

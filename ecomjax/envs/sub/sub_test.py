@@ -14,23 +14,18 @@ import pytest
 
 from ecomjax import constants as C
 from ecomjax import difficulty as Dm
-from ecomjax.agents import AGENTS
 from ecomjax.agents.oracle import make_oracle
-from ecomjax.agents.silent import empty_cart_agent
 from ecomjax.constraints import attr_values, feasible
-from ecomjax.core import reset, step
+from ecomjax.core import reset
 from ecomjax.customer import opening
 from ecomjax.envs.pd.checks import (
     answer_cases,
-    check_ranges,
     keys_for,
     one,
-    random_bounds,
     sub_reference,
 )
 from ecomjax.envs.sub.generator import COMPAT, compat_attr, generate
 from ecomjax.envs.sub.verifier import verify
-from ecomjax.rollout import run_batch_jit
 from ecomjax.types import EnvParams, empty_answer_fields
 from ecomjax.world import init_world, product_stock_qty
 
@@ -41,10 +36,6 @@ B = 420
 D = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
 PARAMS = EnvParams()
 ORACLE = make_oracle((C.Env.SUB,))
-
-
-def play(catalog, agent, seed=0):
-    return run_batch_jit(catalog, keys_for(seed, B), D, generate, agent, PARAMS)
 
 
 @pytest.fixture(scope="module")
@@ -147,67 +138,3 @@ def test_verifier_matches_numpy_reference(catalog, problems):
         assert float(vjit(catalog, p, world, None, ans, jnp.bool_(True)).r_task) > 1 - 1e-5
         assert float(vjit(catalog, p, world, None, ans, jnp.bool_(False)).r_task) == -1.0
     assert checked >= 100
-
-
-@pytest.fixture(scope="module")
-def oracle_run(catalog):
-    return play(catalog, ORACLE, seed=0)
-
-
-@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
-@pytest.mark.parametrize("seeds", [range(1), pytest.param(range(1, 6), marks=pytest.mark.slow)])
-def test_oracle_reaches_is_correct(catalog, oracle_run, seeds):
-    n = correct = 0
-    for seed in seeds:
-        res = oracle_run if seed == 0 else play(catalog, ORACLE, seed)
-        ok = np.asarray(res.state.reward.is_correct)
-        n += ok.size
-        correct += int(ok.sum())
-        bad = np.flatnonzero(~ok)
-        assert bad.size == 0, (
-            f"seed {seed}: oracle failed at d={np.asarray(D)[bad][:10]}, r_task="
-            f"{np.asarray(res.state.reward.r_task)[bad][:10]}"
-        )
-        assert np.all(np.asarray(res.state.dialogue.termination) == TM.AGENT_DONE)
-    print(f"SUB oracle IsCorrect {correct}/{n}")
-    assert correct / n >= 0.99
-
-
-@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
-def test_ranges_and_recomposition(catalog, oracle_run):
-    check_ranges(oracle_run.state.reward)
-
-
-@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
-def test_silent_agent_scores_exactly_minus_090(catalog):
-    r = play(catalog, AGENTS["silent"], seed=7).state.reward
-    np.testing.assert_allclose(np.asarray(r.r_total), -0.90, atol=1e-6)
-    assert not np.any(np.asarray(r.is_correct))
-
-
-@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
-def test_immediate_done_with_empty_list_scores_minus_060(catalog, problems):
-    keys = keys_for(3, B)
-    states, ts = jax.vmap(reset, (0, None, 0, None))(keys, catalog, problems, PARAMS)
-    mem = jax.vmap(empty_cart_agent.init, (0, 0, None))(keys, ts.observation, catalog)
-    _, actions = jax.vmap(empty_cart_agent.act, (0, 0, 0, None))(keys, mem, ts.observation, catalog)
-    states, _ = jax.jit(jax.vmap(step, (None, 0, 0, None)), static_argnums=3)(
-        catalog, states, actions, PARAMS
-    )
-    r = states.reward
-    np.testing.assert_allclose(np.asarray(r.r_total), -0.60, atol=1e-6)
-    assert not np.any(np.asarray(r.is_correct))
-
-
-@pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
-def test_random_agent_stays_within_bounds(catalog, oracle_run):
-    rnd = play(catalog, AGENTS["random"], seed=0).state.reward
-    check_ranges(rnd)
-    print(
-        random_bounds(
-            np.asarray(D),
-            np.asarray(rnd.is_correct),
-            np.asarray(rnd.r_total),
-            np.asarray(oracle_run.state.reward.r_total),
-        )
-    )

@@ -1,0 +1,27 @@
+"""Stable compaction of masked entries without sorting.
+
+XLA's CPU sort is a comparator loop, so ``argsort(~keep, stable=True)`` over a few hundred
+entries per episode dominated whole turns. A prefix count gives each kept entry its
+output position directly: O(n), and the same result as the stable sort's kept prefix.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def first_true(mask: jax.Array, k: int) -> jax.Array:
+    """int32 [k]: indices of the first k True entries of a 1-D mask, -1 padded."""
+    pos = jnp.cumsum(mask.astype(jnp.int32)) - 1
+    dest = jnp.where(mask & (pos < k), pos, k)
+    idx = jnp.arange(mask.shape[0], dtype=jnp.int32)
+    return jnp.full(k, -1, jnp.int32).at[dest].set(idx, mode="drop")
+
+
+def compact(values: jax.Array, keep: jax.Array, k: int, fill=-1) -> jax.Array:
+    """values[keep] in order, the first k of them, padded with ``fill`` (leading axis)."""
+    pos = jnp.cumsum(keep.astype(jnp.int32)) - 1
+    dest = jnp.where(keep & (pos < k), pos, k)
+    out = jnp.full((k, *values.shape[1:]), fill, values.dtype)
+    return out.at[dest].set(values, mode="drop")
