@@ -42,7 +42,9 @@ def bench_plan(catalog, params, tasks: tuple[str, ...], batch: int, repeats: int
     cfg = cur.CurriculumConfig.default()
     task_ids = jnp.concatenate([jnp.full(n, i, jnp.int32) for i, (_, n) in enumerate(plan)])
 
-    def round_fn(cstate, keys, d):
+    # The catalog is an argument, not a closure constant: XLA would otherwise constant-fold
+    # catalog-wide sorts at compile time, for minutes at N = 100k.
+    def round_fn(catalog, cstate, keys, d):
         res = run_plan(catalog, keys, d, plan, agent, params)
         r = res.state.reward
         cstate = cur.update(cstate, task_ids, d, r.is_correct, None, cfg, mode="stream")
@@ -51,14 +53,14 @@ def bench_plan(catalog, params, tasks: tuple[str, ...], batch: int, repeats: int
     cstate = cur.init(len(tasks))
     keys, d = episode_inputs(batch, 0)
     t0 = time.perf_counter()
-    compiled = jax.jit(round_fn).lower(cstate, keys, d).compile()
+    compiled = jax.jit(round_fn).lower(catalog, cstate, keys, d).compile()
     compile_s = time.perf_counter() - t0
-    jax.block_until_ready(compiled(cstate, keys, d))
+    jax.block_until_ready(compiled(catalog, cstate, keys, d))
     times = []
     for r in range(repeats):
         keys, d = episode_inputs(batch, 1 + r)
         t0 = time.perf_counter()
-        _, ok, steps = jax.block_until_ready(compiled(cstate, keys, d))
+        _, ok, steps = jax.block_until_ready(compiled(catalog, cstate, keys, d))
         times.append(time.perf_counter() - t0)
     med = statistics.median(times)
     return {
@@ -85,17 +87,17 @@ def bench_pool(catalog, params, batch: int, repeats: int) -> dict:
             keys, catalog, d, params
         )
         agent = make_oracle((fam.env,))
-        play = jax.jit(lambda k, p: _play(catalog, k, p, agent, params, 14, families=(fam.env,)))
-        states = jax.block_until_ready(play(keys, probs).state)
-        score = jax.jit(jax.vmap(lambda s: verify(catalog, s, params, (fam.env,))))
+        play = jax.jit(lambda c, k, p: _play(c, k, p, agent, params, 14, families=(fam.env,)))
+        states = jax.block_until_ready(play(catalog, keys, probs).state)
+        score = jax.jit(jax.vmap(lambda c, s: verify(c, s, params, (fam.env,)), (None, 0)))
         t0 = time.perf_counter()
-        compiled = score.lower(states).compile()
+        compiled = score.lower(catalog, states).compile()
         compile_s = time.perf_counter() - t0
-        jax.block_until_ready(compiled(states))
+        jax.block_until_ready(compiled(catalog, states))
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            jax.block_until_ready(compiled(states))
+            jax.block_until_ready(compiled(catalog, states))
             times.append(time.perf_counter() - t0)
         med = statistics.median(times)
         out[name] = {"verify_s": med, "per_episode_us": 1e6 * med / batch, "compile_s": compile_s}

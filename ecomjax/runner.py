@@ -91,13 +91,15 @@ class RunResult:
         }
 
 
-def _make_round(catalog: Catalog, plan, agent, params: EnvParams, cfg, mode: str) -> Callable:
+def _make_round(plan, agent, params: EnvParams, cfg, mode: str) -> Callable:
     """One round over a mixed batch: sample d per episode from its task's window, play
-    every slice at once, update every task's curriculum. One compile for all tasks."""
+    every slice at once, update every task's curriculum. One compile for all tasks. The
+    catalog is an argument, not a closure constant, so XLA cannot constant-fold
+    catalog-wide work at compile time (minutes at N = 100k)."""
     task_ids = np.concatenate([np.full(n, i, np.int32) for i, (_, n) in enumerate(plan)])
     batch = int(task_ids.shape[0])
 
-    def round_fn(cstate, key, first_episode, fixed_d, use_fixed):
+    def round_fn(catalog, cstate, key, first_episode, fixed_d, use_fixed):
         idx = first_episode + jnp.arange(batch, dtype=jnp.int32)
         tasks = jnp.asarray(task_ids)
         sampled = cur.sample(key, cstate, tasks, idx, cfg)
@@ -148,9 +150,11 @@ def run(
     plan = make_plan(tasks, cfg.batch)
     cstate = cur.init(len(tasks))
     stats = {t: TaskStats() for t in tasks}
-    fn = jax.jit(_make_round(catalog, plan, agent, params, ccfg, mode))
+    fn = jax.jit(_make_round(plan, agent, params, ccfg, mode))
     t0 = time.perf_counter()
-    fn = fn.lower(cstate, jax.random.key(0), jnp.int32(0), jnp.int32(0), jnp.bool_(False)).compile()
+    fn = fn.lower(
+        catalog, cstate, jax.random.key(0), jnp.int32(0), jnp.int32(0), jnp.bool_(False)
+    ).compile()
     compile_s = time.perf_counter() - t0
     seconds, episodes, steps, counter = 0.0, 0, 0, 0
     history = []
@@ -161,6 +165,7 @@ def run(
         key = jax.random.fold_in(base, rnd)
         t0 = time.perf_counter()
         out = fn(
+            catalog,
             cstate,
             key,
             jnp.int32(counter),
