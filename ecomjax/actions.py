@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ecomjax import constants as C
-from ecomjax.types import Action, empty_action
+from ecomjax.types import CALL_FIELDS, Action, empty_action
 
 
 @dataclass
@@ -44,27 +44,7 @@ def make_action(
     if len(calls) > C.MAX_TOOL_CALLS:
         raise ValueError(f"at most {C.MAX_TOOL_CALLS} call slots exist; got {len(calls)}")
     base = empty_action(embed_dim)
-    arr = {
-        k: np.array(getattr(base, k))
-        for k in (
-            "tool",
-            "bad_args",
-            "product",
-            "variant",
-            "line",
-            "order",
-            "qty",
-            "enum_a",
-            "enum_b",
-            "flag",
-            "has_query",
-            "query_emb",
-            "filter_disc",
-            "filter_num",
-            "slots",
-            "present",
-        )
-    }
+    arr = {k: np.array(getattr(base, k)) for k in (*CALL_FIELDS, "present")}
     for i, c in enumerate(calls):
         arr["tool"][i] = c.tool
         arr["bad_args"][i] = c.bad_args

@@ -260,6 +260,27 @@ class Action:
     answer: Answer
 
 
+# The Action fields with a leading call-slot axis (one home for builders and parsers).
+CALL_FIELDS = (
+    "tool",
+    "bad_args",
+    "product",
+    "variant",
+    "line",
+    "order",
+    "qty",
+    "enum_a",
+    "enum_b",
+    "flag",
+    "has_query",
+    "query_emb",
+    "query_tokens",
+    "filter_disc",
+    "filter_num",
+    "slots",
+)
+
+
 def empty_action(embed_dim: int = C.EMBED_DIM) -> Action:
     b = C.MAX_TOOL_CALLS
     return Action(

@@ -57,7 +57,7 @@ from ecomjax.llm_bridge.ids import IdCodec
 from ecomjax import constants as C
 from ecomjax import policy_rules as P
 from ecomjax.catalog.embedder import embed_texts
-from ecomjax.types import Action, empty_action
+from ecomjax.types import CALL_FIELDS, Action, empty_action
 
 T = C.Tool
 B = C.MAX_TOOL_CALLS
@@ -674,24 +674,7 @@ def _build(
     return a.replace(has_message=has_message, answer=answer, n_calls=n_calls, **arr), info
 
 
-_CALL_FIELDS = (
-    "tool",
-    "bad_args",
-    "product",
-    "variant",
-    "line",
-    "order",
-    "qty",
-    "enum_a",
-    "enum_b",
-    "flag",
-    "has_query",
-    "query_emb",
-    "query_tokens",
-    "filter_disc",
-    "filter_num",
-    "slots",
-)
+_CALL_FIELDS = CALL_FIELDS
 
 
 def _call_id(c: RawCall, turn: int, i: int) -> str:
