@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 
@@ -65,6 +66,30 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+# Subcommands of the layers above the core (host bridge, training). The core never imports
+# them (DESIGN: dependencies point down); the CLI is an entry point above every layer and
+# loads each by name. Each module defines add_parser(subparsers) -> the subparser and
+# main(args) -> exit status, and imports heavy or optional dependencies only in main.
+PLUGINS = {
+    "study": "ecomjax.train.cli_study",
+    "rollout": "ecomjax.llm_bridge.cli_rollout",
+    "serve": "ecomjax.llm_bridge.cli_serve",
+}
+
+
+def _add_plugins(sub) -> None:
+    for name in PLUGINS.values():
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:  # the module exists but needs something missing: say so
+                raise
+            continue
+        parser = mod.add_parser(sub)
+        if parser is not None and hasattr(mod, "main"):
+            parser.set_defaults(func=mod.main)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ecomjax", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -82,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     run.add_argument("--progress", action="store_true", help="show the progress bar with --json")
     run.set_defaults(func=_run)
+    _add_plugins(sub)
     return parser
 
 

@@ -15,8 +15,10 @@ def efficiency(turns: jax.Array, t_user: jax.Array, t_max: jax.Array) -> jax.Arr
 
 
 def answer_ids(answer: Answer) -> jax.Array:
-    """int32 [(1 + MAX_SUBGOALS) * MAX_ANSWER_IDS]: every recommended id of an answer."""
-    return jnp.concatenate([answer.main.rec[None], answer.sub.rec]).reshape(-1)
+    """int32 [(1 + MAX_SUBGOALS) * MAX_ANSWER_IDS]: every recommended id of an answer. A
+    null JOURNEY entry (env -1) recommends nothing, whatever its padding holds."""
+    sub = jnp.where((answer.sub.env != -1)[:, None], answer.sub.rec, -1)
+    return jnp.concatenate([answer.main.rec[None], sub]).reshape(-1)
 
 
 def hallucination(world: World, dialogue: Dialogue) -> jax.Array:

@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
-exec .venv/bin/python -m pytest "$@"
+# One worker per core (ECOMJAX_TEST_WORKERS=0 runs in-process); see conftest.py for grouping.
+exec .venv/bin/python -m pytest -n "${ECOMJAX_TEST_WORKERS:-auto}" --dist loadgroup "$@"

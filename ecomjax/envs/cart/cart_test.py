@@ -143,8 +143,7 @@ def test_same_key_replays_and_vmap_equals_single_runs(catalog, params, agent):
     api_test(family("CART"), catalog, params, agent=agent, n=B)
 
 
-def test_jitted_equals_unjitted_one_turn(catalog, params):
-    """One oracle turn (ask_user + visit history at d = 6), op by op versus compiled."""
+def _one_turn(catalog, params):
     from ecomjax.types import no_search
 
     key = jax.random.key(12)
@@ -153,9 +152,28 @@ def test_jitted_equals_unjitted_one_turn(catalog, params):
     action = make_action(
         [Call(T.ASK_USER, slots=[S.ITEMS, S.VARIANT, S.QUANTITY]), Call(T.USER_GET_VISIT_HISTORY)]
     )
+    return state, action, no_search()
+
+
+def test_jitted_equals_eager_one_turn(catalog, params):
+    """One oracle turn (ask_user + visit history at d = 6), dispatched op by op versus
+    compiled, with the step narrowed to CART (the default test; the full step is slow)."""
+    state, action, search = _one_turn(catalog, params)
+    narrow = dict(families=(), present=(C.Env.CART,))
+    compiled = jax.jit(lambda *a: step(*a, **narrow), static_argnums=3)(
+        catalog, state, action, params, search
+    )
+    plain = step(catalog, state, action, params, search, **narrow)
+    assert tree_equal(compiled, plain)
+
+
+@pytest.mark.slow
+def test_jitted_equals_unjitted_one_turn(catalog, params):
+    """The full step (every family's customer and verifier) under disable_jit."""
+    state, action, search = _one_turn(catalog, params)
     compiled = _step_jit()(catalog, state, action, params)
     with jax.disable_jit():
-        plain = step(catalog, state, action, params, no_search())
+        plain = step(catalog, state, action, params, search)
     assert tree_equal(compiled, plain)
 
 
