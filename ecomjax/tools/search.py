@@ -53,11 +53,8 @@ def shown_score(catalog: Catalog, qvec: jax.Array, idx: jax.Array, mode: jax.Arr
     return jnp.where(mode == C.SortBy.RELEVANCE, cos, key).astype(jnp.float32)
 
 
-def _ranked_candidates(
-    catalog: Catalog, state: EpisodeState, action: Action, slot: jax.Array, params: EnvParams
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """Exact masked top-R for one call slot: (ids [R], n_valid, qvec [D], mode)."""
-    world = state.world
+def _query(catalog: Catalog, action: Action, slot: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(qvec [D], mode) of one call slot: similar_to ranks by the reference's vector."""
     ref = action.product[slot]
     similar = ref != -1
     mode = jnp.where(similar, C.SortBy.RELEVANCE, action.enum_a[slot])
@@ -66,6 +63,16 @@ def _ranked_candidates(
         catalog.emb[safe(ref)].astype(jnp.float32),
         action.query_emb[slot].astype(jnp.float32),
     )
+    return qvec, mode
+
+
+def _ranked_candidates(
+    catalog: Catalog, state: EpisodeState, action: Action, slot: jax.Array, params: EnvParams
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Exact masked top-R for one call slot: (ids [R], n_valid, qvec [D], mode)."""
+    world = state.world
+    ref = action.product[slot]
+    qvec, mode = _query(catalog, action, slot)
     # Product SKUs whose free stock the cart has used up (at most one per cart line).
     line_free = jnp.where(
         world.cart_var == -1, catalog.stock[safe(world.cart_pid)] - world.cart_qty, 1
@@ -128,11 +135,29 @@ def resolve_slot(
     catalog: Catalog, state: EpisodeState, action: Action, slot: jax.Array, params: EnvParams
 ) -> SearchResults:
     """One catalog_search call slot, as a SearchResults row without the slot axis."""
+    ids, n_valid, _, _ = _ranked_candidates(catalog, state, action, slot, params)
+    return finish_slot(catalog, state, action, slot, params, ids, n_valid)
+
+
+def finish_slot(
+    catalog: Catalog,
+    state: EpisodeState,
+    action: Action,
+    slot: jax.Array,
+    params: EnvParams,
+    ids: jax.Array,
+    n_valid: jax.Array,
+) -> SearchResults:
+    """Everything after ranking, given the exact top-R ``ids`` [R] (-1 padded) and |T|:
+    distractors, the top_k(d) cut, an unknown similar_to, the cards' scores and stock.
+
+    Why separate: a host retriever (FAISS) ranks on its own and reuses this, so both paths
+    share every keyed draw and card field."""
     is_search = action.tool == C.Tool.CATALOG_SEARCH
     counter = state.world.n_searches + jnp.cumsum(is_search)[slot] - 1
     ref = action.product[slot]
     bad_ref = (ref != -1) & ~is_known(catalog, ref)
-    ids, n_valid, qvec, mode = _ranked_candidates(catalog, state, action, slot, params)
+    qvec, mode = _query(catalog, action, slot)
     diff = D.difficulty(state.problem.d, params.overrides)
     n = jnp.minimum(jnp.clip(action.qty[slot], 1, 500), diff.top_k)
     n_dist = jnp.round(diff.eps_rank * n).astype(jnp.int32)
