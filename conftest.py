@@ -6,8 +6,9 @@ import os
 
 # Tests compile far more XLA programs than they run (hundreds of shapes, each executed a
 # few times), so they trade code quality for compile time: LLVM at -O0 compiles about
-# 25-50% faster (ecomjax/envs/sub/sub_test.py: 71 -> 54 CPU seconds). Set ECOMJAX_TEST_XLA_OPT=1 to test the optimised code path instead. This
-# must happen before JAX initialises its backend.
+# 25-50% faster (ecomjax/envs/sub/sub_test.py: 71 -> 54 CPU seconds). Set
+# ECOMJAX_TEST_XLA_OPT=1 to test the optimised code path instead. This must happen before
+# JAX initialises its backend.
 if os.environ.get("ECOMJAX_TEST_XLA_OPT") != "1":
     _fast = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_fast}".strip()

@@ -19,6 +19,8 @@ seeded from the episode key folded by the NOISE stream and the message index
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ecomjax import constants as C
@@ -238,14 +240,21 @@ class Draws:
         return out
 
 
+@functools.cache
+def _fold2():
+    """One compiled program for the two fold_ins: eager, they cost a few dispatches each."""
+    import jax
+
+    return jax.jit(
+        lambda k, tag, i: jax.random.key_data(jax.random.fold_in(jax.random.fold_in(k, tag), i))
+    )
+
+
 def key_rng(key, stream: str, index: int) -> Draws:
     """Draws for item ``index`` of a SPEC §12 stream of the episode key:
     ``fold_in(fold_in(key, tag), index)``, its key words seeding a PCG64 stream."""
-    import jax
-
-    k = jax.random.fold_in(jax.random.fold_in(key, C.STREAM[stream]), int(index))
-    words = np.asarray(jax.random.key_data(k), np.uint32).ravel()
-    return Draws(words.tolist())
+    data = _fold2()(key, np.uint32(C.STREAM[stream]), np.uint32(int(index)))
+    return Draws(np.asarray(data, np.uint32).ravel().tolist())
 
 
 def message_rng(key, index: int) -> Draws:

@@ -16,7 +16,6 @@ goal is never put in an observation (tests check this across all families).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -300,6 +299,7 @@ class Session:
         self.results = ResultRenderer(self.text.lexicon, self.codec, synth_variants(problem))
         self.t_max = int(problem.t_max)
         obs = jax.device_get(ts.observation)
+        self._dlg = jax.device_get(state.dialogue)  # host copy: the next step reads it
         self.b_tool = int(obs.tool_budget)
         self.n_user = 0
         self.done = False
@@ -328,15 +328,15 @@ class Session:
         if self.done or self.state is None:
             raise RuntimeError("the episode is over: call reset first")
         fmt = fmt or self.fmt
-        dlg0 = jax.device_get(self.state.dialogue)
+        dlg0 = self._dlg
         turn = int(dlg0.turn) + 1
         action, info = parse_turn(assistant_output, self.codec, fmt, self.embed_fn, turn)
         search = self._search(action)
         step = compiled_step(self.compiler_options)
         state, ts = step(self.text.catalog, self.state, action, self.params, search)
         self.state, self.timestep = state, ts
-        obs = jax.device_get(ts.observation)
-        dlg = jax.device_get(state.dialogue)
+        obs, dlg = fetch((ts.observation, state.dialogue))
+        self._dlg = dlg
         new: list[dict] = [assistant_message(info, assistant_output)]
         new.extend(self._tool_messages(info, obs, action, int(dlg.hard_fail)))
         events = [
@@ -366,7 +366,7 @@ class Session:
 
     def _search(self, action: Action) -> SearchResults:
         if not (np.asarray(action.tool) == T.CATALOG_SEARCH).any():
-            return no_search()
+            return _no_search()
         if self.search_fn is not None:
             out = self.search_fn(self.text.catalog, self.state, action, self.params)
             return jax.tree_util.tree_map(jnp.asarray, out)
@@ -415,7 +415,7 @@ class Session:
         out: dict[str, Any] = {
             "messages": list(self.messages),
             "new_messages": new,
-            "tools": copy.deepcopy(self.tools),
+            "tools": self.tools,  # shared across sessions: read-only
             "env_id": C.ENV_NAMES[self.episode.env] if self.params.disclose_env_id else None,
             "turn": int(obs.turn),
             "turns_left": int(obs.turns_left),
@@ -435,7 +435,7 @@ class Session:
 
     def _breakdown(self, obs: Any) -> dict:
         r = obs.reward
-        dlg = jax.device_get(self.state.dialogue)
+        dlg = self._dlg
         hard = int(r.hard_fail)
         failed = hard != C.HardFail.NONE
         names = DETAIL_NAMES.get(self.episode.env, ())
@@ -455,6 +455,42 @@ class Session:
             "hard_fail_kind": HARD_FAIL_NAMES[hard] if failed else None,
             "details": details,
         }
+
+
+_PACKERS: dict = {}
+
+
+def fetch(tree: Any) -> Any:
+    """``jax.device_get`` in one transfer per dtype instead of one per leaf: a step's
+    observation and dialogue are ~110 small arrays, and per-leaf transfers were most of
+    the host time of a turn. Leaves are packed on device by one cached jitted function."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    sig = (treedef, tuple((x.shape, x.dtype) for x in leaves))
+    if sig not in _PACKERS:
+        dtypes = sorted({x.dtype for x in leaves}, key=str)
+        groups = [[i for i, x in enumerate(leaves) if x.dtype == dt] for dt in dtypes]
+
+        def pack(xs):
+            return tuple(
+                jnp.concatenate([jnp.ravel(xs[i]) for i in g]) if g else None for g in groups
+            )
+
+        _PACKERS[sig] = (jax.jit(pack), groups)
+    pack, groups = _PACKERS[sig]
+    out: list[Any] = [None] * len(leaves)
+    for g, buf in zip(groups, jax.device_get(pack(leaves)), strict=True):
+        at = 0
+        for i in g:
+            n = int(np.prod(leaves[i].shape, dtype=np.int64))
+            out[i] = np.asarray(buf[at : at + n]).reshape(leaves[i].shape)
+            at += n
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+@cache
+def _no_search() -> SearchResults:
+    """One device copy of the empty retrieval stage (arrays are immutable, so shared)."""
+    return no_search()
 
 
 @cache

@@ -8,3 +8,27 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install --quiet -e '.[dev]'
+
+# Headless Chromium for the browser demo test (llm_bridge/demo_test.py), from Debian's
+# packages, only when missing and only as root or with passwordless sudo. Never fatal: without
+# it that test skips and says why. ECOMJAX_SKIP_APT=1 skips this step.
+have_browser() {
+  command -v chromedriver >/dev/null 2>&1 &&
+    { command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
+      command -v google-chrome >/dev/null 2>&1; }
+}
+if [ "${ECOMJAX_SKIP_APT:-0}" != 1 ] && ! have_browser && command -v apt-get >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true >/dev/null 2>&1; then SUDO="sudo -n"; else SUDO=no; fi
+  fi
+  if [ "$SUDO" != no ]; then
+    echo "setup: installing chromium and chromium-driver (apt) for the browser demo test" >&2
+    { $SUDO apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+        chromium chromium-driver; } >/dev/null 2>&1 ||
+      echo "setup: apt could not install chromium; the browser demo test will skip" >&2
+  else
+    echo "setup: chromium is missing and apt needs root; the browser demo test will skip" >&2
+  fi
+fi
