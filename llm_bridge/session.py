@@ -262,6 +262,9 @@ class Session:
     submit_tool: bool = True
     compiler_options: Mapping[str, Any] | None = None
     fmt: str = "openai"
+    # Optional LLM wording of customer turns (``verbaliser.Verbaliser``); the template text
+    # is used whenever its checks fail. Scores never depend on it.
+    verbaliser: Any = None
 
     def __post_init__(self) -> None:
         self.text = _as_text(self.catalog, self.tables)
@@ -402,7 +405,8 @@ class Session:
         rng = key_rng(self.key, "TEMPLATE", idx)
         utt = TM.render_reply(act, self.episode, rng, mid_task=mid_task)
         self.utterances.append(utt)
-        text = add_noise(utt.marked, self.p_noise, key_rng(self.key, "NOISE", idx))
+        marked = utt.marked if self.verbaliser is None else self.verbaliser(utt, self.messages)
+        text = add_noise(marked, self.p_noise, key_rng(self.key, "NOISE", idx))
         if notices:
             text = store_notice(notices) + "\n" + text
         self.acts.append(jax.tree_util.tree_map(np.asarray, act))
