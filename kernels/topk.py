@@ -97,25 +97,63 @@ def _finish(scores: jax.Array, ids: jax.Array, count: jax.Array) -> TopK:
     return TopK(scores, ids, count.astype(jnp.int32))
 
 
-def _chunk_candidates(s: jax.Array, ids: jax.Array, kc: int) -> tuple[jax.Array, jax.Array]:
-    """The chunk's exact top-``kc`` set under (score desc, position asc), in no fixed order.
+def _select_exact(s: jax.Array, ids: jax.Array, kc: int) -> tuple[jax.Array, jax.Array]:
+    """The exact top-``kc`` set of [Q, C] under (score desc, position asc), in no fixed order.
 
     Why not just ``lax.top_k(s, kc)`` indices: which of several equal scores it keeps is not
     guaranteed on every backend. Its *values* are, so the kc-th value is a safe threshold.
-    A second top_k then runs on distinct int keys: rows above the threshold get keys in
+    A second top_k then runs on distinct keys: rows above the threshold get keys in
     (c, 2c], rows at it get (0, c] (lower position = larger key), the rest 0. Fewer than kc
     rows lie above, and at least kc lie above or at, so the kc largest keys are positive and
     distinct: all rows above plus the lowest-position ties, with no tie left to break.
-    Positions must be ascending in catalog index (true for both callers).
+    The keys are integers held in float32 (exact below 2^24; int32 above): XLA:CPU has a
+    fast top_k only for floats and sorts whole rows for int32 (measured 25x slower).
+    Positions must be ascending in catalog index (true for every caller).
     """
     c = s.shape[-1]
     if kc >= c:
         return s, ids
+    key_dtype = jnp.float32 if 2 * c <= 1 << 24 else jnp.int32  # int32: exact, slower
     thr = jnp.min(lax.top_k(s, kc)[0], axis=-1, keepdims=True)
     rev = jnp.int32(c) - jnp.arange(c, dtype=jnp.int32)  # c .. 1
-    key = jnp.where(s > thr, rev + c, jnp.where(s == thr, rev, 0))
+    key = jnp.where(s > thr, rev + c, jnp.where(s == thr, rev, 0)).astype(key_dtype)
     _, pos = lax.top_k(key, kc)
     return jnp.take_along_axis(s, pos, axis=-1), jnp.take_along_axis(ids, pos, axis=-1)
+
+
+def _auto_group(c: int, kc: int) -> int:
+    """Group width g for the two-level selection: ~sqrt(C/kc) balances the group pass
+    (C/g maxima) against the gathered candidates (kc·g); a power of two dividing C, else 1."""
+    g = 1
+    while g * 2 <= math.isqrt(max(c // max(kc, 1), 1)) and c % (g * 2) == 0:
+        g *= 2
+    return g if g >= 4 else 1
+
+
+def _chunk_candidates(
+    s: jax.Array, ids: jax.Array, kc: int, group: int | None = None
+) -> tuple[jax.Array, jax.Array]:
+    """The chunk's exact top-``kc`` set under (score desc, position asc), in no fixed order.
+
+    Two levels when ``group`` g > 1 (g divides C): rank the C/g contiguous groups by (max
+    desc, group index asc), keep the top kc groups, and select exactly among their kc·g
+    rows. Exact because each row r of the true top-kc lies in a kept group: if r's group G
+    were dropped, kc groups H rank before G, and each H's best row (lowest position among
+    its maxima) ranks before r (max(H) > s(r), or max(H) = s(r) with H wholly left of G),
+    so r would not be in the top-kc. Cost: top_k over C/g + kc·g values instead of C.
+    """
+    c = s.shape[-1]
+    g = _auto_group(c, kc) if group is None else group
+    if kc >= c or g <= 1 or c % g or kc * g >= c:
+        return _select_exact(s, ids, kc)
+    gmax = jnp.max(s.reshape(*s.shape[:-1], c // g, g), axis=-1)
+    gidx = jnp.broadcast_to(jnp.arange(c // g, dtype=jnp.int32), gmax.shape)
+    _, keep = _select_exact(gmax, gidx, kc)
+    keep = jnp.sort(keep, axis=-1)  # positions stay ascending in catalog index
+    pos = (keep[..., :, None] * g + jnp.arange(g, dtype=jnp.int32)).reshape(*keep.shape[:-1], -1)
+    return _select_exact(
+        jnp.take_along_axis(s, pos, axis=-1), jnp.take_along_axis(ids, pos, axis=-1), kc
+    )
 
 
 def _merge(
@@ -134,6 +172,7 @@ def _running_topk(
     q: int,
     k: int,
     c: int,
+    group: int | None = None,
 ) -> TopK:
     """Scan ``step(i) -> (scores [Q, C], catalog ids [Q, C])`` keeping a [Q, k] running best.
 
@@ -146,10 +185,14 @@ def _running_topk(
     def body(carry: Carry, i: jax.Array) -> tuple[Carry, None]:
         best_s, best_i, count = carry
         s, ids = step(i)
-        s = _canon(s)
+        # Barriers: XLA:CPU vectorises a reduction that reads a materialised array but not
+        # one with fused compares/selects (~6x slower, measured at [256, 65536]); writing
+        # the canonical scores and the 0/1 validity once is cheaper than fusing them.
+        s = lax.optimization_barrier(_canon(s))
         ids = jnp.broadcast_to(ids, s.shape).astype(jnp.int32)
-        count = count + jnp.sum(s > _NEG_INF, axis=-1, dtype=jnp.int32)
-        cand_s, cand_i = _chunk_candidates(s, ids, kc)
+        valid = lax.optimization_barrier((s > _NEG_INF).astype(jnp.float32))
+        count = count + jnp.sum(valid, axis=-1).astype(jnp.int32)  # exact: C < 2^24
+        cand_s, cand_i = _chunk_candidates(s, ids, kc, group)
         best_s, best_i = _merge(best_s, best_i, cand_s, cand_i, k)
         return (best_s, best_i, count), None
 
@@ -161,7 +204,15 @@ def _running_topk(
 
 
 def masked_topk(
-    score_fn: ScoreFn, rows: PyTree, queries: PyTree, n: int, k: int, chunk: int = 8192
+    score_fn: ScoreFn,
+    rows: PyTree,
+    queries: PyTree,
+    n: int,
+    k: int,
+    chunk: int = 8192,
+    *,
+    group: int | None = None,
+    index_offset: jax.Array | int = 0,
 ) -> TopK:
     """Exact top-k per query over ``n`` catalog rows, filters applied before ranking.
 
@@ -171,6 +222,11 @@ def masked_topk(
     catalog is never padded or copied: the last window is clamped to end at row ``n`` and the
     rows it re-reads from the previous window are masked with -inf by row index, so no row is
     counted or returned twice. ``n``, ``k`` and ``chunk`` are static; works under jit and vmap.
+
+    ``group`` (static) sets the width of the two-level per-chunk selection (None: automatic,
+    1: flat); every value gives the same result. ``index_offset`` (may be traced) is added to
+    the row indices that ``score_fn`` sees and that are returned: a shard holding rows
+    ``offset .. offset + n - 1`` of a larger catalog reports global indices (``sharded.py``).
     """
     if k < 0 or chunk < 1:
         raise ValueError(f"need k >= 0 and chunk >= 1, got k={k}, chunk={chunk}")
@@ -180,7 +236,8 @@ def masked_topk(
     if n == 0:
         return _empty(q, k)
     if k == 0:  # still report n_valid
-        return _drop_slots(masked_topk(score_fn, rows, queries, n, 1, chunk))
+        res = masked_topk(score_fn, rows, queries, n, 1, chunk, index_offset=index_offset)
+        return _drop_slots(res)
     c = min(chunk, n)
     n_steps = math.ceil(n / c)
     lane = jnp.arange(c, dtype=jnp.int32)
@@ -190,10 +247,11 @@ def masked_topk(
         start = jnp.minimum(fresh_from, n - c)
         part = jax.tree_util.tree_map(lambda a: lax.dynamic_slice_in_dim(a, start, c, 0), rows)
         idx = start + lane
-        s = score_fn(queries, part, idx)
-        return jnp.where(idx >= fresh_from, s, _NEG_INF), idx[None, :]
+        gidx = idx + jnp.asarray(index_offset, jnp.int32)
+        s = score_fn(queries, part, gidx)
+        return jnp.where(idx >= fresh_from, s, _NEG_INF), gidx[None, :]
 
-    return _running_topk(step, n_steps, q, k, c)
+    return _running_topk(step, n_steps, q, k, c, group)
 
 
 def masked_topk_reference(score_fn: ScoreFn, rows: PyTree, queries: PyTree, n: int, k: int) -> TopK:
