@@ -1,0 +1,182 @@
+"""Difficulty schedules as traced data, so many runs vmap under one compile.
+
+``ecomjax.curriculum`` takes its thresholds as a static config (a change recompiles). A
+study that compares schedules and sweeps tau_acc x tau_num side by side wants them as
+arrays instead: here every knob of SPEC §3 is a field of ``Schedule`` (int32 scalars),
+and ``update`` implements exactly the rules of ``ecomjax.curriculum.update`` (tested
+equal on the same random streams, for both conventions). Three kinds share one code path:
+
+* adaptive: d ~ U{lo..hi} of the curriculum window (default or rlve convention);
+* static: d = d_lo always;
+* uniform: d ~ U{d_lo..d_hi}.
+
+The curriculum state advances under every kind (it only counts episodes played at its
+frontier h), so a static or uniform run still reports what the adaptive rule would have
+concluded from its episodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from ecomjax import constants as C
+from ecomjax.curriculum import CurriculumState
+
+I32 = jnp.int32
+ADAPTIVE, STATIC, UNIFORM = 0, 1, 2
+KINDS = {"adaptive": ADAPTIVE, "static": STATIC, "uniform": UNIFORM}
+
+
+@struct.dataclass
+class Schedule:
+    kind: jax.Array  # int32: ADAPTIVE / STATIC / UNIFORM
+    d_lo: jax.Array  # int32: static d, or the uniform range's low end
+    d_hi: jax.Array  # int32: the uniform range's high end
+    rlve: jax.Array  # bool: RLVE-paper convention (window W, per-batch check)
+    tau_num: jax.Array  # int32
+    tau_acc_num: jax.Array  # int32: tau_acc as an exact fraction num / den
+    tau_acc_den: jax.Array  # int32
+    d_delta: jax.Array  # int32 (default convention)
+    window: jax.Array  # int32 (rlve convention)
+    d_max: jax.Array  # int32
+
+
+def make_schedule(
+    kind: str = "adaptive",
+    *,
+    convention: str = "default",
+    d_lo: int = 0,
+    d_hi: int = 0,
+    tau_acc: float = 0.9,
+    tau_num: int | None = None,
+    d_delta: int = 4,
+    window: int = 4,
+    d_max: int = C.D_MAX,
+) -> Schedule:
+    """A schedule with SPEC §3's defaults (tau_num 32, or 128 for rlve)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
+    if convention not in ("default", "rlve"):
+        raise ValueError(f"convention must be 'default' or 'rlve', got {convention!r}")
+    if not 0 <= d_lo <= d_max or (kind == "uniform" and not d_lo <= d_hi <= d_max):
+        raise ValueError(f"need 0 <= d_lo <= d_hi <= d_max, got {d_lo}, {d_hi}, {d_max}")
+    tau_num = tau_num if tau_num is not None else (128 if convention == "rlve" else 32)
+    frac = Fraction(tau_acc).limit_denominator(4096)
+    return Schedule(
+        kind=I32(KINDS[kind]),
+        d_lo=I32(d_lo),
+        d_hi=I32(d_hi if kind == "uniform" else d_lo),
+        rlve=jnp.bool_(convention == "rlve"),
+        tau_num=I32(tau_num),
+        tau_acc_num=I32(frac.numerator),
+        tau_acc_den=I32(frac.denominator),
+        d_delta=I32(d_delta),
+        window=I32(window),
+        d_max=I32(d_max),
+    )
+
+
+def as_dict(s: Schedule) -> dict:
+    """Field name -> value (for logs)."""
+    return {f.name: getattr(s, f.name) for f in dataclasses.fields(s)}
+
+
+def stack(schedules: list[Schedule]) -> Schedule:
+    """Stack schedules along a new leading (run) axis for vmap."""
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *schedules)
+
+
+def window(state: CurriculumState, s: Schedule) -> tuple[jax.Array, jax.Array]:
+    """Inclusive curriculum window (lo, hi) per task."""
+    lo = jnp.where(s.rlve, jnp.maximum(0, state.h - (s.window - 1)), state.l)
+    return lo, state.h
+
+
+def sample(
+    key: jax.Array, state: CurriculumState, s: Schedule, task: jax.Array, index: jax.Array
+) -> jax.Array:
+    """d per entry, keyed by ``index`` (episode or group counter) as ecomjax.curriculum."""
+    lo, hi = window(state, s)
+    lo = jnp.where(s.kind == ADAPTIVE, lo[task], s.d_lo)
+    hi = jnp.where(s.kind == ADAPTIVE, hi[task], s.d_hi)
+    base = jax.random.fold_in(key, C.STREAM["CURRICULUM"])
+    draw = jax.vmap(
+        lambda e, a, b: jax.random.randint(jax.random.fold_in(base, e), (), a, b + 1, dtype=I32)
+    )
+    return draw(index.ravel(), lo.ravel(), hi.ravel()).reshape(task.shape)
+
+
+def _check(lo, h, a, b, s: Schedule):
+    """Rules 3-4 of SPEC §3 wherever b >= tau_num (elementwise)."""
+    check = b >= s.tau_num
+    passed = check & (a * s.tau_acc_den >= s.tau_acc_num * b)
+    h = jnp.where(passed, jnp.minimum(h + 1, s.d_max), h)
+    lo_default = jnp.where(h - lo > s.d_delta, h - s.d_delta, lo)
+    lo = jnp.where(s.rlve, jnp.maximum(0, h - (s.window - 1)), lo_default)
+    zero = jnp.zeros_like(a)
+    return lo, h, jnp.where(check, zero, a), jnp.where(check, zero, b)
+
+
+def _stream(state, task, d, correct, valid, s):
+    def step(st, x):
+        t, dd, c, v = x
+        hit = v & (dd == st.h[t])
+        a = st.a[t] + (hit & c).astype(I32)
+        b = st.b[t] + hit.astype(I32)
+        old = (st.l[t], st.h[t], st.a[t], st.b[t])
+        new = _check(old[0], old[1], a, b, s)
+        row = [jnp.where(hit, x, y) for x, y in zip(new, old, strict=True)]
+        arrs = (st.l, st.h, st.a, st.b)
+        return CurriculumState(*(arr.at[t].set(x) for arr, x in zip(arrs, row, strict=True))), None
+
+    out, _ = jax.lax.scan(step, state, (task, d, correct, valid))
+    return out
+
+
+def _batch(state, task, d, correct, valid, s):
+    hit = valid & (d == state.h[task])
+    n = state.n_tasks
+    a = state.a + jnp.zeros((n,), I32).at[task].add((hit & correct).astype(I32))
+    b = state.b + jnp.zeros((n,), I32).at[task].add(hit.astype(I32))
+    lo, h, a, b = _check(state.l, state.h, a, b, s)
+    return CurriculumState(l=lo, h=h, a=a, b=b)
+
+
+def update(
+    state: CurriculumState,
+    s: Schedule,
+    task: jax.Array,
+    d: jax.Array,
+    is_correct: jax.Array,
+    mask: jax.Array | None = None,
+) -> CurriculumState:
+    """SPEC §3 update: per-episode stream check (default convention) or one check per
+    batch (rlve), as ``ecomjax.curriculum.update`` with mode "stream" / "batch"."""
+    task = jnp.asarray(task, I32).ravel()
+    d = jnp.asarray(d, I32).ravel()
+    correct = jnp.asarray(is_correct, bool).ravel()
+    valid = jnp.ones(task.shape, bool) if mask is None else jnp.asarray(mask, bool).ravel()
+    valid = valid & (task >= 0) & (task < state.n_tasks)
+    task = jnp.clip(task, 0, state.n_tasks - 1)
+    streamed = _stream(state, task, d, correct, valid, s)
+    batched = _batch(state, task, d, correct, valid, s)
+    return jax.tree_util.tree_map(lambda x, y: jnp.where(s.rlve, y, x), streamed, batched)
+
+
+__all__ = [
+    "ADAPTIVE",
+    "STATIC",
+    "UNIFORM",
+    "Schedule",
+    "as_dict",
+    "make_schedule",
+    "sample",
+    "stack",
+    "update",
+    "window",
+]
