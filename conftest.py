@@ -23,17 +23,26 @@ if _CACHE != "off":
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 2.0)
 
 
+# Files whose tests run the same compiled programs share a worker (and so one compile).
+SHARED_COMPILES = {
+    "train/loop_test.py": "train_step",
+    "train/curriculum_study_test.py": "train_step",
+}
+
+
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", help="run the full (slow) sweeps")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist tags nodeids with their group
 def pytest_collection_modifyitems(config, items):
     # Under `pytest -n N --dist loadgroup` (scripts/test.sh) a worker takes whole files, so
     # module fixtures compile once; every test of the shared `suite` rollout goes to one
     # worker, so that rollout compiles once.
     for item in items:
+        path = item.nodeid.split("::")[0]
         shared = "suite" in getattr(item, "fixturenames", ())
-        group = "suite" if shared else item.nodeid.split("::")[0]
+        group = "suite" if shared else SHARED_COMPILES.get(path, path)
         item.add_marker(pytest.mark.xdist_group(group))
     if config.getoption("--runslow") or os.environ.get("ECOMJAX_SLOW") == "1":
         return
@@ -97,15 +106,16 @@ def suite(catalog, params, request):
     """Every family x every reference agent, and every exploit agent on its families,
     x d = 0..20, in ONE compiled mixed rollout, so the SPEC §13 sweeps and the exploit
     checks of all families cost one compile. The compiled plan runs in rounds with new
-    keys and d shifted by the round (2 rounds of 3 episodes per (family, agent, d) by
-    default; 20 rounds of 10 with --runslow), and ``SUITE_STATS`` records that later
-    rounds never recompiled. Returns (plan repeated per round, d, result concatenated)."""
+    keys and d shifted by the round (1 round of 2 episodes per (family, agent, d) by
+    default, as the compile dominates; 20 rounds of 10 with --runslow), and
+    ``SUITE_STATS`` records that later rounds never recompiled. Returns (plan repeated
+    per round, d, result concatenated)."""
     import jax.numpy as jnp
 
     from ecomjax.rollout import run_plan_jit
 
     slow = request.config.getoption("--runslow") or os.environ.get("ECOMJAX_SLOW") == "1"
-    per_d, rounds = (10, 20) if slow else (3, 2)
+    per_d, rounds = (10, 20) if slow else (2, 1)
     table = _suite_agents_and_targets()
     agents = tuple(agent for agent, _ in table)
     n = 21 * per_d

@@ -258,9 +258,7 @@ def reply(
     confirm_new = (cart_on & fb.confirm & fb.confirm_new) | (ret_on & rfb.confirm_new)
 
     # JOURNEY agenda (SPEC §8.8); outside JOURNEY, DONE follows a stored done=false answer.
-    ag: Agenda = _when(
-        _any(present_fams, C.Env.JOURNEY), agenda, problem, dlg, action, key, params
-    )
+    ag: Agenda = _when(_any(present_fams, C.Env.JOURNEY), agenda, problem, dlg, action, key, params)
     switch = is_journey & ag.switch
     done = jnp.where(is_journey, ag.done, stored_pending_done) & ~dlg.done_emitted
     user_caused = (clarify & (n_revealed > 0)) | (confirm & confirm_new) | switch

@@ -9,6 +9,8 @@ are finite, rewards stay in range, and the observation carries no hidden-goal fi
 from __future__ import annotations
 
 import dataclasses
+import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -47,6 +49,35 @@ HIDDEN_FIELDS = {
     "order_status",
 }
 assert {f.name for f in dataclasses.fields(Problem)} | {"req_final"} >= HIDDEN_FIELDS
+
+
+@partial(jax.jit, static_argnums=(0, 4))
+def generate_batch(generate, keys, catalog, d, params: EnvParams) -> Problem:
+    """``vmap(generate)`` under one jit: run eagerly, vmap compiles each primitive alone
+    (hundreds of small compiles per call site)."""
+    return jax.vmap(generate, (0, None, 0, None))(keys, catalog, d, params)
+
+
+@partial(jax.jit, static_argnums=3)
+def reset_batch(keys, catalog, problems: Problem, params: EnvParams):
+    """``vmap(reset)`` under one jit, shared by every test on a worker."""
+    return jax.vmap(reset, (0, None, 0, None))(keys, catalog, problems, params)
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p): whether k successes in n contradict a rate <= p."""
+    lp, lq, ln = math.log(p), math.log1p(-p), math.lgamma(n + 1)
+    logs = [
+        ln - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * lp + (n - j) * lq
+        for j in range(k, n + 1)
+    ]
+    return float(sum(math.exp(x) for x in logs))
+
+
+def rate_exceeds(k: int, n: int, p: float, alpha: float = 1e-3) -> bool:
+    """A success rate above ``p``, significant at ``alpha``: small default sweeps cannot
+    tell 3/38 from 5 %, the full sweep (thousands of episodes) can."""
+    return k > n * p and binomial_tail(k, n, p) < alpha
 
 
 def _host(x) -> np.ndarray:

@@ -1,7 +1,8 @@
 """The browser demo, driven by a person's clicks in headless Chromium (Selenium) against a live
 uvicorn on loopback: start an episode, call a tool through the schema-generated form, submit an
 answer, see the reward and the hidden goal. The reward shown must equal an offline ``Session``
-replay of the turns the page sent. Saves ``docs/demo.png``.
+replay of the turns the page sent. ``ECOMJAX_DEMO_SCREENSHOT=docs/demo.png`` refreshes the
+README's screenshot; otherwise it goes to a temporary folder.
 
 Skips (with the reason) when selenium, chromium or chromedriver is missing: ``scripts/setup.sh``
 installs chromium and chromium-driver with apt where it can."""
@@ -23,7 +24,6 @@ from ecomjax.llm_bridge import session as SS  # noqa: E402
 from ecomjax.llm_bridge.server_test import live_server  # noqa: E402
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "demo.png"
 TIMEOUT = 120  # s; the first reset and step compile
 
 
@@ -53,7 +53,7 @@ def driver():
     d.quit()
 
 
-def test_person_plays_an_episode_in_the_browser(catalog, driver):
+def test_person_plays_an_episode_in_the_browser(catalog, driver, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -115,8 +115,9 @@ def test_person_plays_an_episode_in_the_browser(catalog, driver):
         goal = driver.find_element(By.ID, "goal").text
         assert "target_product_id" in goal and '"family": "PD"' in goal
         driver.execute_script("window.scrollTo(0, 0)")
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        driver.save_screenshot(str(SCREENSHOT))
+        shot = Path(os.environ.get("ECOMJAX_DEMO_SCREENSHOT") or tmp_path / "demo.png")
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(shot))
 
     # What the person saw is what an offline session gives for the same turns.
     assert [t["answer"] is not None for t in sent] == [False, True]
@@ -126,4 +127,4 @@ def test_person_plays_an_episode_in_the_browser(catalog, driver):
         last = s.step({k: v for k, v in t.items() if k != "format"}, "json")
     assert last["done"] and last["reward"] == pytest.approx(obs["reward"], abs=0)
     assert SV.jsonable(last["messages"]) == obs["messages"]
-    assert SCREENSHOT.stat().st_size > 10_000
+    assert shot.stat().st_size > 10_000

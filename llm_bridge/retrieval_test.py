@@ -13,8 +13,8 @@ import pytest
 from ecomjax import constants as C
 from ecomjax.actions import Call, make_action
 from ecomjax.catalog.embedder import embed_texts
-from ecomjax.core import reset
 from ecomjax.envs.cart.generator import generate
+from ecomjax.testing import generate_batch, reset_batch
 from ecomjax.tools.search import resolve_batch
 
 faiss = pytest.importorskip("faiss")
@@ -90,8 +90,8 @@ def _states(catalog, params, seed):
     stock, and earlier searches (the distractor counter)."""
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(77), i))(jnp.arange(NB))
     ds = jnp.arange(NB, dtype=jnp.int32) % 21
-    prob = jax.vmap(generate, (0, None, 0, None))(keys, catalog, ds, params)
-    states, _ = jax.vmap(reset, (0, None, 0, None))(keys, catalog, prob, params)
+    prob = generate_batch(generate, keys, catalog, ds, params)
+    states, _ = reset_batch(keys, catalog, prob, params)
     rng = np.random.default_rng(seed)
     n, w = catalog.n_products, states.world
     stock = np.asarray(catalog.stock).astype(np.int32)

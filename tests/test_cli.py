@@ -26,6 +26,7 @@ def test_oracle_climbs_the_curriculum(capsys):
     assert cart["h"] == 3
 
 
+@pytest.mark.slow  # its own compile; the curriculum's gating is tested in test_curriculum.py
 def test_random_agent_stays_at_d0(capsys):
     s = _summary(capsys, "--agent", "random", "--tasks", "C1")
     assert s["per_task"]["CART"]["h"] == 0

@@ -3,6 +3,8 @@ the same episodes run one at a time, and the exploit agents' failure."""
 
 from __future__ import annotations
 
+import math
+
 import jax
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from ecomjax.agents.oracle import make_oracle
 from ecomjax.registry import family, resolve_tasks
 from ecomjax.rollout import max_turns_for, slices
 from ecomjax.runner import make_plan
-from ecomjax.testing import play_single, suite_part, tree_equal
+from ecomjax.testing import play_single, rate_exceeds, suite_part, tree_equal
 
 ORACLE = make_oracle(tuple(C.Env))
 
@@ -33,7 +35,15 @@ def test_plan_quotas_cover_the_batch():
     assert [(a, b) for _, a, b in slices(plan)][-1][1] == 10
 
 
-@pytest.mark.parametrize("env", ["PD", "CART", "STATUS", "JOURNEY"])
+@pytest.mark.parametrize(
+    "env",
+    [
+        "CART",
+        "JOURNEY",
+        pytest.param("PD", marks=pytest.mark.slow),
+        pytest.param("STATUS", marks=pytest.mark.slow),
+    ],
+)
 def test_mixed_batch_equals_single_episode(catalog, params, suite, env):
     """An episode of the shared mixed suite (conftest) equals the same episode run alone
     through the unbatched jitted functions."""
@@ -61,7 +71,8 @@ def test_no_recompile_when_d_changes(suite):
     """The suite (conftest) runs its compiled C8 plan in rounds with new keys and every
     episode's d shifted: no round after the first compiled anything."""
     _, d, _ = suite
-    assert SUITE_STATS["rounds"] >= 2
+    if SUITE_STATS["rounds"] < 2:
+        pytest.skip("one round by default; --runslow runs 20")
     assert SUITE_STATS["cache_after_last_round"] == SUITE_STATS["cache_after_first_round"]
     n = d.shape[0] // SUITE_STATS["rounds"]
     assert (np.asarray(d[n : 2 * n]) == (np.asarray(d[:n]) + 1) % 21).all()
@@ -89,4 +100,20 @@ def test_exploit_agents_fail(suite, name):
             assert np.array_equal(ok, (target == newest) & (status == 3))
             assert rate <= 0.15
             continue
-        assert rate <= 0.05, f"{name} succeeds {rate:.1%} on {fam}"
+        # <= 5 % (SPEC §13), as a one-sided binomial test: the default sweep holds 38
+        # episodes per (exploit, family), the full one 3,800.
+        assert not rate_exceeds(int(ok.sum()), ok.size, 0.05), f"{name}: {rate:.1%} on {fam}"
+
+
+def test_binomial_tail_matches_exact_sums():
+    from fractions import Fraction
+
+    from ecomjax.testing import binomial_tail
+
+    p = Fraction(1, 20)
+    for n in (1, 7, 38):
+        for k in range(n + 1):
+            exact = sum(
+                Fraction(math.comb(n, j)) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1)
+            )
+            assert abs(binomial_tail(k, n, 0.05) - float(exact)) < 1e-12

@@ -9,8 +9,8 @@ import pytest
 
 from ecomjax import constants as C
 from ecomjax.actions import Call, make_action
-from ecomjax.core import reset
 from ecomjax.envs.cart.generator import generate
+from ecomjax.testing import generate_batch, reset_batch
 from ecomjax.tools.search import resolve_batch, resolve_searches
 
 T = C.Tool
@@ -21,8 +21,8 @@ ATTR_COL = {a: i for i, a in enumerate(C.DISC_ATTRS)}
 def _states(catalog, params, d):
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(77), i))(jnp.arange(NB))
     ds = jnp.full(NB, d, jnp.int32)
-    prob = jax.vmap(generate, (0, None, 0, None))(keys, catalog, ds, params)
-    states, _ = jax.vmap(reset, (0, None, 0, None))(keys, catalog, prob, params)
+    prob = generate_batch(generate, keys, catalog, ds, params)
+    states, _ = reset_batch(keys, catalog, prob, params)
     return states
 
 

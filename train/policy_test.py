@@ -21,6 +21,7 @@ from ecomjax.train.policy import (
 from ecomjax import constants as C
 from ecomjax.core import reset
 from ecomjax.registry import family
+from ecomjax.testing import reset_batch
 from ecomjax.tools.validate import hard_fail_kind
 from ecomjax.types import EnvParams, empty_action, empty_results, empty_user_act
 
@@ -34,7 +35,7 @@ def _reset_obs(catalog, keys, d):
     """CART reset observations whose disclosed env then cycles through all eight, so the
     answer heads of every family are exercised (validity depends on the env alone)."""
     prob = jax.vmap(family("CART").generate, (0, None, 0, None))(keys, catalog, d, EnvParams())
-    _, ts = jax.vmap(reset, (0, None, 0, None))(keys, catalog, prob, EnvParams())
+    _, ts = reset_batch(keys, catalog, prob, EnvParams())
     env = jnp.arange(keys.shape[0], dtype=jnp.int32) % len(C.Env)
     return ts.observation.replace(env=env), env
 

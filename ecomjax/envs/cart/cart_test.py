@@ -18,7 +18,7 @@ from ecomjax.envs.cart.generator import generate
 from ecomjax.envs.cart.variants import CANDIDATES, own_values
 from ecomjax.registry import family
 from ecomjax.rollout import run_batch_jit
-from ecomjax.testing import api_test, play_single, tree_equal
+from ecomjax.testing import api_test, generate_batch, play_single, reset_batch, tree_equal
 from ecomjax.types import EnvParams
 
 T = C.Tool
@@ -71,8 +71,8 @@ def test_oracle_reaches_is_correct(catalog, seeds):
 @pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
 def test_immediate_done_with_empty_cart_scores_minus_060(catalog, params):
     keys = keys_for(8)
-    prob = jax.vmap(generate, (0, None, 0, None))(keys, catalog, D, params)
-    states, ts = jax.vmap(reset, (0, None, 0, None))(keys, catalog, prob, params)
+    prob = generate_batch(generate, keys, catalog, D, params)
+    states, ts = reset_batch(keys, catalog, prob, params)
     mem = jax.vmap(empty_cart_agent.init, (0, 0, None))(keys, ts.observation, catalog)
     _, actions = jax.vmap(empty_cart_agent.act, (0, 0, 0, None))(keys, mem, ts.observation, catalog)
     states, ts = jax.jit(jax.vmap(step, (None, 0, 0, None)), static_argnums=3)(
@@ -235,8 +235,8 @@ def test_padding_is_inert(catalog, params):
 
 def test_opening_and_replies_carry_no_product_indices(catalog, params):
     keys = keys_for(9)
-    prob = jax.vmap(generate, (0, None, 0, None))(keys, catalog, D, params)
-    _, ts = jax.vmap(reset, (0, None, 0, None))(keys, catalog, prob, params)
+    prob = generate_batch(generate, keys, catalog, D, params)
+    _, ts = reset_batch(keys, catalog, prob, params)
     obs = ts.observation
     # Before any tool call, no observation array holds a target index where ids live.
     assert np.all(np.asarray(obs.results.ids) == -1)

@@ -15,7 +15,7 @@ from ecomjax import constants as C
 from ecomjax import difficulty as Dm
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.constraints import SLOT_ATTR, feasible, satisfaction
-from ecomjax.core import reset, step
+from ecomjax.core import step
 from ecomjax.customer import opening
 from ecomjax.envs.pd.checks import (
     answer_cases,
@@ -26,7 +26,7 @@ from ecomjax.envs.pd.checks import (
 from ecomjax.envs.pd.generator import generate
 from ecomjax.envs.pd.verifier import priority_key, verify
 from ecomjax.registry import family
-from ecomjax.testing import api_test
+from ecomjax.testing import api_test, reset_batch
 from ecomjax.types import EnvParams, empty_answer_fields
 from ecomjax.world import init_world
 
@@ -37,6 +37,7 @@ B = 420
 D = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
 PARAMS = EnvParams()
 ORACLE = make_oracle((C.Env.PD,))
+VERIFY = jax.jit(verify)  # one compile for every verifier test
 
 
 @pytest.fixture(scope="module")
@@ -125,10 +126,9 @@ def test_asking_every_slot_reveals_the_scored_goal(catalog, problems):
     slots = tuple(np.flatnonzero(APPLICABLE[C.Env.PD]))
     act = make_action([Call(C.Tool.ASK_USER, slots=slots)])
     keys = keys_for(3, B)
-    states, ts = jax.vmap(reset, (0, None, 0, None))(keys, catalog, problems, PARAMS)
-    states, ts2 = jax.jit(jax.vmap(step, (None, 0, None, None)), static_argnums=3)(
-        catalog, states, act, PARAMS
-    )
+    states, ts = reset_batch(keys, catalog, problems, PARAMS)
+    pd_step = lambda st: step(catalog, st, act, PARAMS, families=(C.Env.PD,))
+    states, ts2 = jax.jit(jax.vmap(pd_step))(states)
     r0, r1 = ts.observation.reply, ts2.observation.reply
     known = np.asarray(r0.slot_stated[:, 0] | r1.slot_stated[:, 0])
     has = np.asarray(problems.has_slot[:, 0, 0])
@@ -148,7 +148,7 @@ def test_asking_every_slot_reveals_the_scored_goal(catalog, problems):
 def test_verifier_matches_numpy_reference(catalog, problems):
     rng = np.random.default_rng(0)
     n = catalog.n_products
-    vjit = jax.jit(verify)
+    vjit = VERIFY
     checked = 0
     for b in range(0, B, 19):
         p = one(problems, b)
@@ -186,7 +186,8 @@ def test_hand_computed_case(catalog):
     cat = 0
     members = np.flatnonzero(np.asarray(catalog.category) == cat)
     in_stock = members[np.asarray(catalog.stock)[members] > 0]
-    p = generate(jax.random.key(0), catalog, jnp.int32(0), PARAMS).replace(
+    p = jax.jit(generate, static_argnums=3)(jax.random.key(0), catalog, jnp.int32(0), PARAMS)
+    p = p.replace(
         cons_attr=jnp.full((3, 12), -1, jnp.int32).at[0, 0].set(A.CAT),
         cons_op=jnp.zeros((3, 12), jnp.int32),
         cons_val=jnp.zeros((3, 12), jnp.float32).at[0, 0].set(cat),
@@ -205,7 +206,7 @@ def test_hand_computed_case(catalog):
     rec = np.full(C.MAX_ANSWER_IDS, -1, np.int32)
     rec[:3] = [order[1], other, order[0]]
     ans = empty_answer_fields().replace(env=jnp.int32(C.Env.PD), rec=jnp.asarray(rec))
-    sc = verify(catalog, p, init_world(n), None, ans, jnp.bool_(True))
+    sc = VERIFY(catalog, p, init_world(n), None, ans, jnp.bool_(True))
     dcg = rel(order[1]) * w[0] + rel(order[0]) * w[2]
     r_rank = 2 * dcg / idcg - 1
     r_cons, r_avail = 1.0, 1.0  # s_best = 1 (the in-category ones); all three in stock

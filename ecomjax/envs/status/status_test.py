@@ -12,12 +12,12 @@ from ecomjax import constants as C
 from ecomjax import difficulty as Dif
 from ecomjax import orders as O
 from ecomjax.agents.oracle import make_oracle
-from ecomjax.core import reset
 from ecomjax.envs.returns.generator import fill as fill_return
 from ecomjax.envs.status.generator import fill as fill_status
 from ecomjax.envs.status.generator import generate
 from ecomjax.envs.status.verifier import verify
 from ecomjax.sampling import base_problem
+from ecomjax.testing import generate_batch, reset_batch
 from ecomjax.types import EnvParams, empty_answer_fields
 
 S = C.Slot
@@ -82,8 +82,8 @@ def test_target_is_uniform_over_orders(catalog):
 
 def test_opening_states_the_reference_only(catalog, params):
     keys = keys_for(9)
-    prob = jax.vmap(generate, (0, None, 0, None))(keys, catalog, D, params)
-    _, ts = jax.vmap(reset, (0, None, 0, None))(keys, catalog, prob, params)
+    prob = generate_batch(generate, keys, catalog, D, params)
+    _, ts = reset_batch(keys, catalog, prob, params)
     r = ts.observation.reply
     stated = np.asarray(r.slot_stated[:, 0])
     assert np.all(stated[:, S.ORDER_REFERENCE]) and stated.sum() == B

@@ -16,7 +16,6 @@ from ecomjax import constants as C
 from ecomjax import difficulty as Dm
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.constraints import attr_values, feasible
-from ecomjax.core import reset
 from ecomjax.customer import opening
 from ecomjax.envs.pd.checks import (
     answer_cases,
@@ -26,6 +25,7 @@ from ecomjax.envs.pd.checks import (
 )
 from ecomjax.envs.sub.generator import COMPAT, compat_attr, generate
 from ecomjax.envs.sub.verifier import verify
+from ecomjax.testing import reset_batch
 from ecomjax.types import EnvParams, empty_answer_fields
 from ecomjax.world import init_world, product_stock_qty
 
@@ -68,10 +68,10 @@ def test_original_witness_and_constraints(catalog, problems):
     shared = (comp >= 0) & (v0[np.arange(B), comp] == v1[np.arange(B), comp])
     # The witness shares p0's compatibility value whenever any candidate does (§8.2).
     stock = np.asarray(catalog.stock)
+    every = np.asarray(attr_values(catalog, jnp.arange(catalog.n_products)))  # one compile
     for b in np.flatnonzero(~shared):
         peers = (cat == cat[p0[b]]) & (stock > 0) & (np.arange(catalog.n_products) != p0[b])
-        vals = np.asarray(attr_values(catalog, jnp.flatnonzero(peers, size=int(peers.sum()))))
-        assert comp[b] < 0 or not np.any(vals[:, comp[b]] == v0[b, comp[b]])
+        assert comp[b] < 0 or not np.any(every[peers, comp[b]] == v0[b, comp[b]])
     assert all(comp[b] in attr[b] for b in np.flatnonzero(shared))
     assert set(comp.tolist()) <= {int(a) for a in COMPAT} | {-1}
     # The identifying description names exactly one product of the catalog.
@@ -85,7 +85,7 @@ def test_original_witness_and_constraints(catalog, problems):
 
 def test_original_is_out_of_stock_in_every_tool(catalog, problems):
     keys = keys_for(3, B)
-    states, _ = jax.vmap(reset, (0, None, 0, None))(keys, catalog, problems, PARAMS)
+    states, _ = reset_batch(keys, catalog, problems, PARAMS)
     qty = jax.vmap(lambda pr, w, q: product_stock_qty(catalog, pr, w, q[None])[0])(
         states.problem, states.world, problems.sub_original
     )
