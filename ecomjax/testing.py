@@ -51,6 +51,13 @@ HIDDEN_FIELDS = {
 assert {f.name for f in dataclasses.fields(Problem)} | {"req_final"} >= HIDDEN_FIELDS
 
 
+# Words of the synthetic catalog's titles, for random search queries in tests.
+QUERY_WORDS = (
+    "wireless", "headphones", "charger", "premium", "shoes", "running",
+    "yoga", "mat", "desk", "lamp", "usb", "cable",
+)  # fmt: skip
+
+
 @partial(jax.jit, static_argnums=(0, 4))
 def generate_batch(generate, keys, catalog, d, params: EnvParams) -> Problem:
     """``vmap(generate)`` under one jit: run eagerly, vmap compiles each primitive alone

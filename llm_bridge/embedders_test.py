@@ -17,21 +17,7 @@ from ecomjax.llm_bridge.embedders import (
 
 from ecomjax.catalog.embedder import embed_texts
 from ecomjax.catalog.synthetic import product_desc, product_title, synthetic_tables
-
-WORDS = [
-    "wireless",
-    "headphones",
-    "charger",
-    "premium",
-    "shoes",
-    "running",
-    "yoga",
-    "mat",
-    "desk",
-    "lamp",
-    "usb",
-    "cable",
-]
+from ecomjax.testing import QUERY_WORDS
 
 
 def test_hashing_embedder_is_the_catalog_embedder(catalog):
@@ -73,7 +59,7 @@ def tiny_bert(tmp_path_factory):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     path = tmp_path_factory.mktemp("tiny_bert")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *QUERY_WORDS]
     (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
     torch.manual_seed(0)
     config = transformers.BertConfig(
@@ -108,7 +94,7 @@ def test_mean_pooling_matches_numpy_and_ignores_padding(tiny_bert):
     emb = TransformersEmbedder(tiny_bert, batch_size=3)
     assert isinstance(emb, Embedder) and emb.dim == 32
     rng = np.random.default_rng(0)
-    texts = [" ".join(rng.choice(WORDS, int(rng.integers(1, 12)))) for _ in range(10)]
+    texts = [" ".join(rng.choice(QUERY_WORDS, int(rng.integers(1, 12)))) for _ in range(10)]
     texts += ["", "zzz unknown words"]
     got = emb(texts)
     assert got.shape == (12, 32) and got.dtype == np.float32

@@ -14,7 +14,7 @@ from ecomjax import constants as C
 from ecomjax.actions import Call, make_action
 from ecomjax.catalog.embedder import embed_texts
 from ecomjax.envs.cart.generator import generate
-from ecomjax.testing import generate_batch, reset_batch
+from ecomjax.testing import QUERY_WORDS, generate_batch, reset_batch
 from ecomjax.tools.search import resolve_batch
 
 faiss = pytest.importorskip("faiss")
@@ -24,20 +24,6 @@ from ecomjax.llm_bridge.retrieval import FaissIndex, FaissRetriever  # noqa: E40
 
 T = C.Tool
 NB = 48  # episodes per batch (the shape tests/test_search.py compiles too)
-WORDS = [
-    "wireless",
-    "headphones",
-    "charger",
-    "premium",
-    "shoes",
-    "running",
-    "yoga",
-    "mat",
-    "desk",
-    "lamp",
-    "usb",
-    "cable",
-]
 COLOR = C.DISC_FILTERS.index(C.Attr.COLOR)
 NUM = {name: j for j, (name, _, _) in enumerate(C.NUMERIC_FILTERS)}
 
@@ -121,7 +107,7 @@ def _query(catalog, rng) -> np.ndarray:
     if u < 0.35:
         return np.asarray(catalog.emb[int(rng.integers(n))], np.float32)  # hits duplicates
     if u < 0.6:
-        return embed_texts([" ".join(rng.choice(WORDS, int(rng.integers(1, 4))))], d)[0]
+        return embed_texts([" ".join(rng.choice(QUERY_WORDS, int(rng.integers(1, 4))))], d)[0]
     if u < 0.7:
         return np.asarray(catalog.cat_emb[int(rng.integers(catalog.n_categories))], np.float32)
     if u < 0.9:
