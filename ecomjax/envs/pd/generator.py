@@ -15,7 +15,6 @@ from ecomjax.sampling import (
     first_valid,
     omission,
     protect,
-    random_history,
     stream,
     taken_products,
 )
@@ -102,6 +101,4 @@ def fill(
 
 
 def generate(key: jax.Array, catalog: Catalog, d: jax.Array, params: EnvParams) -> Problem:
-    problem = base_problem(key, d, C.Env.PD, params)
-    problem = problem.replace(history=random_history(stream(key, "HISTORY"), catalog))
-    return fill(key, catalog, d, params, problem, 0)
+    return fill(key, catalog, d, params, base_problem(key, d, C.Env.PD, params, catalog), 0)

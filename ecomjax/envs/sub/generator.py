@@ -25,7 +25,6 @@ from ecomjax.sampling import (
     in_category,
     omission,
     protect,
-    random_history,
     stream,
     taken_products,
 )
@@ -116,6 +115,4 @@ def fill(
 
 
 def generate(key: jax.Array, catalog: Catalog, d: jax.Array, params: EnvParams) -> Problem:
-    problem = base_problem(key, d, C.Env.SUB, params)
-    problem = problem.replace(history=random_history(stream(key, "HISTORY"), catalog))
-    return fill(key, catalog, d, params, problem, 0)
+    return fill(key, catalog, d, params, base_problem(key, d, C.Env.SUB, params, catalog), 0)
