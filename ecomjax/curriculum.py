@@ -71,6 +71,16 @@ class CurriculumConfig:
         f = Fraction(self.tau_acc).limit_denominator(_TAU_DENOM)
         return f.numerator, f.denominator
 
+    # The threshold fields that ``count_stream`` / ``count_batch`` read; a traced
+    # ``train.schedules.Schedule`` carries the same names as arrays (and ``rlve``).
+    @property
+    def tau_acc_num(self) -> int:
+        return self.tau_frac[0]
+
+    @property
+    def tau_acc_den(self) -> int:
+        return self.tau_frac[1]
+
 
 @struct.dataclass
 class CurriculumState:
@@ -141,7 +151,7 @@ def sample(
     return flat.reshape(task.shape)
 
 
-def _prep(
+def prepare(
     state: CurriculumState,
     task: jax.Array,
     d: jax.Array,
@@ -157,24 +167,45 @@ def _prep(
     return jnp.clip(task, 0, state.n_tasks - 1), d, correct, valid
 
 
-def _check(
-    lo: jax.Array,
-    h: jax.Array,
-    a: jax.Array,
-    b: jax.Array,
-    cfg: CurriculumConfig,
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """Rules 3-4 of SPEC §3 where b >= tau_num; elementwise, so it serves both modes."""
-    num, den = cfg.tau_frac
-    check = b >= cfg.tau_num
-    passed = check & (a * den >= num * b)
-    h = jnp.where(passed, jnp.minimum(h + 1, cfg.d_max), h)
-    if cfg.convention == "rlve":
-        lo = jnp.maximum(0, h - (cfg.window - 1))
-    else:
-        lo = jnp.where(h - lo > cfg.d_delta, h - cfg.d_delta, lo)
+def _check(lo: jax.Array, h: jax.Array, a: jax.Array, b: jax.Array, t):
+    """Rules 3-4 of SPEC §3 where b >= tau_num; elementwise, so it serves both modes.
+    ``t`` holds the thresholds: a static ``CurriculumConfig`` or traced arrays."""
+    check = b >= t.tau_num
+    passed = check & (a * t.tau_acc_den >= t.tau_acc_num * b)
+    h = jnp.where(passed, jnp.minimum(h + 1, t.d_max), h)
+    rlve = t.convention == "rlve" if isinstance(t, CurriculumConfig) else t.rlve
+    rlve_lo = jnp.maximum(0, h - (t.window - 1))
+    lo = jnp.where(rlve, rlve_lo, jnp.where(h - lo > t.d_delta, h - t.d_delta, lo))
     zero = jnp.zeros_like(a)
     return lo, h, jnp.where(check, zero, a), jnp.where(check, zero, b)
+
+
+def count_stream(state: CurriculumState, task, d, correct, valid, t) -> CurriculumState:
+    """The check after every counted episode, in array order (inputs from ``prepare``)."""
+
+    def step(st: CurriculumState, x: tuple) -> tuple[CurriculumState, None]:
+        i, dd, c, v = x
+        hit = v & (dd == st.h[i])
+        a = st.a[i] + (hit & c).astype(I32)
+        b = st.b[i] + hit.astype(I32)
+        old = (st.l[i], st.h[i], st.a[i], st.b[i])
+        # A miss leaves the row as it was (b did not grow, so no check may fire).
+        row = [jnp.where(hit, x, y) for x, y in zip(_check(*old[:2], a, b, t), old, strict=True)]
+        arrs = (st.l, st.h, st.a, st.b)
+        return CurriculumState(*(arr.at[i].set(x) for arr, x in zip(arrs, row, strict=True))), None
+
+    out, _ = jax.lax.scan(step, state, (task, d, correct, valid))
+    return out
+
+
+def count_batch(state: CurriculumState, task, d, correct, valid, t) -> CurriculumState:
+    """Count every episode at the batch's starting frontier, then one check per task."""
+    hit = valid & (d == state.h[task])
+    n = state.n_tasks
+    a = state.a + jnp.zeros((n,), I32).at[task].add((hit & correct).astype(I32))
+    b = state.b + jnp.zeros((n,), I32).at[task].add(hit.astype(I32))
+    lo, h, a, b = _check(state.l, state.h, a, b, t)
+    return CurriculumState(l=lo, h=h, a=a, b=b)
 
 
 def update_stream(
@@ -190,23 +221,8 @@ def update_stream(
     Sequential on purpose: an episode that lands right after h moved is judged against
     the new h, exactly as a streaming trainer would.
     """
-    task, d, correct, valid = _prep(state, task, d, is_correct, mask)
-
-    def step(st: CurriculumState, x: tuple) -> tuple[CurriculumState, None]:
-        t, dd, c, v = x
-        hit = v & (dd == st.h[t])
-        a = st.a[t] + (hit & c).astype(I32)
-        b = st.b[t] + hit.astype(I32)
-        old = (st.l[t], st.h[t], st.a[t], st.b[t])
-        # A miss leaves the row as it was (b did not grow, so no check may fire).
-        row = [jnp.where(hit, x, y) for x, y in zip(_check(*old[:2], a, b, cfg), old, strict=True)]
-        st = CurriculumState(
-            *(arr.at[t].set(x) for arr, x in zip((st.l, st.h, st.a, st.b), row, strict=True))
-        )
-        return st, None
-
-    out, _ = jax.lax.scan(step, state, (task, d, correct, valid))
-    return out
+    task, d, correct, valid = prepare(state, task, d, is_correct, mask)
+    return count_stream(state, task, d, correct, valid, cfg)
 
 
 def update_batch(
@@ -222,13 +238,8 @@ def update_batch(
     The frontier is h at the start of the batch (the h the batch was sampled under). A
     task with fewer than tau_num counted episodes carries its counters to the next batch.
     """
-    task, d, correct, valid = _prep(state, task, d, is_correct, mask)
-    hit = valid & (d == state.h[task])
-    n = state.n_tasks
-    a = state.a + jnp.zeros((n,), I32).at[task].add((hit & correct).astype(I32))
-    b = state.b + jnp.zeros((n,), I32).at[task].add(hit.astype(I32))
-    lo, h, a, b = _check(state.l, state.h, a, b, cfg)
-    return CurriculumState(l=lo, h=h, a=a, b=b)
+    task, d, correct, valid = prepare(state, task, d, is_correct, mask)
+    return count_batch(state, task, d, correct, valid, cfg)
 
 
 def update(
@@ -297,8 +308,11 @@ __all__ = [
     "CurriculumConfig",
     "CurriculumState",
     "GroupStats",
+    "count_batch",
+    "count_stream",
     "group_stats",
     "init",
+    "prepare",
     "sample",
     "update",
     "update_batch",

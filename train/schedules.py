@@ -3,8 +3,9 @@
 ``ecomjax.curriculum`` takes its thresholds as a static config (a change recompiles). A
 study that compares schedules and sweeps tau_acc x tau_num side by side wants them as
 arrays instead: here every knob of SPEC §3 is a field of ``Schedule`` (int32 scalars),
-and ``update`` implements exactly the rules of ``ecomjax.curriculum.update`` (tested
-equal on the same random streams, for both conventions). Three kinds share one code path:
+and ``update`` runs ``ecomjax.curriculum``'s own counting and checks on them (tested
+equal to ``ecomjax.curriculum.update`` on the same random streams, both conventions).
+Three kinds share one code path:
 
 * adaptive: d ~ U{lo..hi} of the curriculum window (default or rlve convention);
 * static: d = d_lo always;
@@ -25,7 +26,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from ecomjax import constants as C
-from ecomjax.curriculum import CurriculumState
+from ecomjax.curriculum import CurriculumState, count_batch, count_stream, prepare
 
 I32 = jnp.int32
 ADAPTIVE, STATIC, UNIFORM = 0, 1, 2
@@ -111,42 +112,6 @@ def sample(
     return draw(index.ravel(), lo.ravel(), hi.ravel()).reshape(task.shape)
 
 
-def _check(lo, h, a, b, s: Schedule):
-    """Rules 3-4 of SPEC §3 wherever b >= tau_num (elementwise)."""
-    check = b >= s.tau_num
-    passed = check & (a * s.tau_acc_den >= s.tau_acc_num * b)
-    h = jnp.where(passed, jnp.minimum(h + 1, s.d_max), h)
-    lo_default = jnp.where(h - lo > s.d_delta, h - s.d_delta, lo)
-    lo = jnp.where(s.rlve, jnp.maximum(0, h - (s.window - 1)), lo_default)
-    zero = jnp.zeros_like(a)
-    return lo, h, jnp.where(check, zero, a), jnp.where(check, zero, b)
-
-
-def _stream(state, task, d, correct, valid, s):
-    def step(st, x):
-        t, dd, c, v = x
-        hit = v & (dd == st.h[t])
-        a = st.a[t] + (hit & c).astype(I32)
-        b = st.b[t] + hit.astype(I32)
-        old = (st.l[t], st.h[t], st.a[t], st.b[t])
-        new = _check(old[0], old[1], a, b, s)
-        row = [jnp.where(hit, x, y) for x, y in zip(new, old, strict=True)]
-        arrs = (st.l, st.h, st.a, st.b)
-        return CurriculumState(*(arr.at[t].set(x) for arr, x in zip(arrs, row, strict=True))), None
-
-    out, _ = jax.lax.scan(step, state, (task, d, correct, valid))
-    return out
-
-
-def _batch(state, task, d, correct, valid, s):
-    hit = valid & (d == state.h[task])
-    n = state.n_tasks
-    a = state.a + jnp.zeros((n,), I32).at[task].add((hit & correct).astype(I32))
-    b = state.b + jnp.zeros((n,), I32).at[task].add(hit.astype(I32))
-    lo, h, a, b = _check(state.l, state.h, a, b, s)
-    return CurriculumState(l=lo, h=h, a=a, b=b)
-
-
 def update(
     state: CurriculumState,
     s: Schedule,
@@ -157,14 +122,9 @@ def update(
 ) -> CurriculumState:
     """SPEC §3 update: per-episode stream check (default convention) or one check per
     batch (rlve), as ``ecomjax.curriculum.update`` with mode "stream" / "batch"."""
-    task = jnp.asarray(task, I32).ravel()
-    d = jnp.asarray(d, I32).ravel()
-    correct = jnp.asarray(is_correct, bool).ravel()
-    valid = jnp.ones(task.shape, bool) if mask is None else jnp.asarray(mask, bool).ravel()
-    valid = valid & (task >= 0) & (task < state.n_tasks)
-    task = jnp.clip(task, 0, state.n_tasks - 1)
-    streamed = _stream(state, task, d, correct, valid, s)
-    batched = _batch(state, task, d, correct, valid, s)
+    task, d, correct, valid = prepare(state, task, d, is_correct, mask)
+    streamed = count_stream(state, task, d, correct, valid, s)
+    batched = count_batch(state, task, d, correct, valid, s)
     return jax.tree_util.tree_map(lambda x, y: jnp.where(s.rlve, y, x), streamed, batched)
 
 
