@@ -9,10 +9,10 @@ import sys
 # Tests compile far more XLA programs than they run (hundreds of shapes, each executed a
 # few times), so they trade code quality for compile time: LLVM at -O0 compiles about
 # 25-50% faster (ecomjax/envs/sub/sub_test.py: 71 -> 54 CPU seconds), and XLA's older
-# loop emitters compile a family's rollout ~30% faster than the fusion emitters (CART
-# 12.5 -> 9.2 s, POLICY 9.7 -> 6.6 s; but the suite's one giant program 146 -> 228 s, so
-# it opts back in below). Set ECOMJAX_TEST_XLA_OPT=1 to test the optimised code path
-# instead. This must happen before JAX initialises its backend.
+# loop emitters compile a family's rollout faster than the fusion emitters (CART 11.8 ->
+# 7.5 s, POLICY 7.6 -> 7.1 s: benchmarks/compile_flags.py; but the suite's one giant
+# program 146 -> 228 s, so it opts back in below). Set ECOMJAX_TEST_XLA_OPT=1 to test the
+# optimised code path instead. This must happen before JAX initialises its backend.
 
 
 def _xla_accepts(flag: str) -> bool:
