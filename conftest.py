@@ -10,9 +10,10 @@ import sys
 # few times), so they trade code quality for compile time: LLVM at -O0 compiles about
 # 25-50% faster (ecomjax/envs/sub/sub_test.py: 71 -> 54 CPU seconds), and XLA's older
 # loop emitters compile a family's rollout faster than the fusion emitters (CART 11.8 ->
-# 7.5 s, POLICY 7.6 -> 7.1 s: benchmarks/compile_flags.py; but the suite's one giant
-# program 146 -> 228 s, so it opts back in below). Set ECOMJAX_TEST_XLA_OPT=1 to test the
-# optimised code path instead. This must happen before JAX initialises its backend.
+# 7.5 s, POLICY 7.6 -> 7.1 s: benchmarks/compile_flags.py; the suite's one giant program
+# compiled slower with them when tried by hand, so it opts back in below). Set
+# ECOMJAX_TEST_XLA_OPT=1 to test the optimised code path instead. This must happen before
+# JAX initialises its backend.
 
 
 def _xla_accepts(flag: str) -> bool:

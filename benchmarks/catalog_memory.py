@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rows_io import append_rows
+
 RESULTS = Path(__file__).resolve().parent / "results" / "catalog_memory.jsonl"
 
 
@@ -126,8 +128,7 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 row = _run_isolated(n, dtype, args)
             rows.append(row)
-            with args.out.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+            append_rows(args.out, [row])
             print(f"done N={n:,} {dtype}: {row['steady_s']:.2f} s", file=sys.stderr, flush=True)
     print(_table(rows))
 

@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from rows_io import append_rows
+
 OUT = Path(__file__).parent / "results" / "compile_flags.jsonl"
 O0 = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 FLAG_SETS = {
@@ -97,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                 row[k] = statistics.median(r[k] for r in rows)
             base = base or row["compile_s"]
             row["compile_vs_default"] = row["compile_s"] / base
-            with a.out.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+            append_rows(a.out, [row])
             print(
                 f"{name:8s} {label:24s} lower {row['lower_s']:6.1f}s  compile "
                 f"{row['compile_s']:6.1f}s ({row['compile_vs_default']:.2f}x)  "

@@ -17,7 +17,6 @@ here on purpose: a cache hit would report a load, not a compile.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ from ecomjax.runner import make_plan
 from ecomjax.types import EnvParams, empty_action
 
 sys.path.insert(0, str(Path(__file__).parent))
+from rows_io import append_rows  # noqa: E402
 from throughput import env_info, episode_inputs  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "compile_report.jsonl"
@@ -162,11 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 tail=(plan, agent, params),
             )
             add(row | {"plan": [list(e) for e in plan], "agent": "oracle"})
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("a") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-    print(f"wrote {len(rows)} rows to {args.out}")
+    print(f"wrote {append_rows(args.out, rows)} rows to {args.out}")
     return 0
 
 

@@ -31,6 +31,7 @@ from ecomjax.runner import make_plan
 from ecomjax.types import EnvParams
 
 sys.path.insert(0, str(Path(__file__).parent))
+from rows_io import append_rows  # noqa: E402
 from throughput import env_info, episode_inputs  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "families.jsonl"
@@ -131,9 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             row.update({"batch": args.pool_batch, **r})
             rows.append(row)
             print(json.dumps(row), flush=True)
-    with args.out.open("a") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
+    append_rows(args.out, rows)
     return 0
 
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import jax
+from rows_io import append_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -119,9 +120,7 @@ def main() -> None:
         "success_rate": sum(r["is_correct"] for r in rows) / len(rows),
     }
     print(json.dumps(row, indent=1))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    append_rows(args.out, [row])
 
 
 if __name__ == "__main__":

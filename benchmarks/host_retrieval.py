@@ -32,6 +32,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from rows_io import append_rows
 
 from ecomjax import constants as C
 from ecomjax.actions import Call, make_action
@@ -286,10 +287,7 @@ def main() -> None:
     args = p.parse_args()
     rows = run(args)
     if not args.no_write:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        with RESULTS.open("a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+        append_rows(RESULTS, rows)
 
 
 if __name__ == "__main__":

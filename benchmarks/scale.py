@@ -35,6 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
+from rows_io import append_rows
+
 OUT = Path(__file__).parent / "results" / "scale.jsonl"
 PROGRESS = "PROGRESS "
 
@@ -214,8 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         limit = None if args.mem_limit_gib is None else args.mem_limit_gib * 2**30
         row = run_config(tasks, n, b, args.repeats, timeout, limit)
         row["sweep_pid"] = os.getpid()
-        with args.out.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+        append_rows(args.out, [row])
         if row["status"] == "ok":
             gib = row["peak_mem_bytes"] / 2**30
             print(

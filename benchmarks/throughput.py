@@ -13,7 +13,6 @@ unbatched jitted functions, in the same run, so the batching gain is a same-mach
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+from rows_io import append_rows
 
 from ecomjax import constants as C
 from ecomjax.agents import AGENTS
@@ -165,11 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             f"x{row['speedup_vs_looped']:.0f} vs looped"
         )
         sys.stdout.flush()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("a") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    print(f"wrote {len(rows)} rows to {args.out}")
+    print(f"wrote {append_rows(args.out, rows)} rows to {args.out}")
     return 0
 
 

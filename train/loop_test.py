@@ -24,6 +24,8 @@ from ecomjax.train.loop import (
     train,
 )
 
+from ecomjax import constants as C
+
 CFG = train_config(TINY, "C1")
 # Run 0 promotes after every 4 frontier episodes whatever the outcome (tau_acc = 0), so
 # its curriculum must move; run 1 samples d uniformly from 0..4.
@@ -175,16 +177,7 @@ def test_group_members_share_the_problem(stepped):
 
 def test_layout_groups_are_contiguous_per_family():
     lay = make_layout(TrainConfig(tasks="C8", groups=8, group_size=2, eval_per=1, eval_d=(0, 4)))
-    assert [name for name, _ in lay.plan] == [
-        "PD",
-        "SUB",
-        "CART",
-        "RETURN",
-        "STATUS",
-        "POLICY",
-        "BUNDLE",
-        "JOURNEY",
-    ]
+    assert tuple(name for name, _ in lay.plan) == C.ENV_NAMES  # C8, in family order
     assert lay.batch == 8 * (2 + 2)
     grp = lay.group[lay.train_idx]
     assert (grp == np.repeat(np.arange(8), 2)).all()
