@@ -119,11 +119,27 @@ def init(n_tasks: int) -> CurriculumState:
     return CurriculumState(l=z, h=z, a=z, b=z)
 
 
-def window(state: CurriculumState, cfg: CurriculumConfig) -> tuple[jax.Array, jax.Array]:
-    """Inclusive sampling window (lo, hi) per task."""
-    if cfg.convention == "rlve":
-        return jnp.maximum(0, state.h - (cfg.window - 1)), state.h
-    return state.l, state.h
+def _is_rlve(t) -> jax.Array | bool:
+    """The convention of a static config, or a traced ``train.schedules.Schedule``'s flag."""
+    return t.convention == "rlve" if isinstance(t, CurriculumConfig) else t.rlve
+
+
+def window(state: CurriculumState, cfg) -> tuple[jax.Array, jax.Array]:
+    """Inclusive sampling window (lo, hi) per task (``cfg`` static or traced, as ``_check``)."""
+    rlve_lo = jnp.maximum(0, state.h - (cfg.window - 1))
+    return jnp.where(_is_rlve(cfg), rlve_lo, state.l), state.h
+
+
+def draw(key: jax.Array, index: jax.Array, lo: jax.Array, hi: jax.Array) -> jax.Array:
+    """d ~ U{lo..hi} per entry, keyed by ``index`` (an episode or group counter, SPEC §12),
+    so a draw does not depend on how episodes are batched."""
+    base = jax.random.fold_in(key, STREAM["CURRICULUM"])
+
+    def one(e: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
+        return jax.random.randint(jax.random.fold_in(base, e), (), a, b + 1, dtype=I32)
+
+    index = jnp.asarray(index, dtype=I32)
+    return jax.vmap(one)(index.ravel(), lo.ravel(), hi.ravel()).reshape(index.shape)
 
 
 def sample(
@@ -141,14 +157,7 @@ def sample(
     task = jnp.asarray(task, dtype=I32)
     episode_index = jnp.asarray(episode_index, dtype=I32)
     lo, hi = window(state, cfg)
-    base = jax.random.fold_in(key, STREAM["CURRICULUM"])
-
-    def one(t: jax.Array, e: jax.Array) -> jax.Array:
-        k = jax.random.fold_in(base, e)
-        return jax.random.randint(k, (), lo[t], hi[t] + 1, dtype=I32)
-
-    flat = jax.vmap(one)(task.ravel(), episode_index.ravel())
-    return flat.reshape(task.shape)
+    return draw(key, episode_index, lo[task], hi[task]).reshape(task.shape)
 
 
 def prepare(
@@ -173,9 +182,8 @@ def _check(lo: jax.Array, h: jax.Array, a: jax.Array, b: jax.Array, t):
     check = b >= t.tau_num
     passed = check & (a * t.tau_acc_den >= t.tau_acc_num * b)
     h = jnp.where(passed, jnp.minimum(h + 1, t.d_max), h)
-    rlve = t.convention == "rlve" if isinstance(t, CurriculumConfig) else t.rlve
     rlve_lo = jnp.maximum(0, h - (t.window - 1))
-    lo = jnp.where(rlve, rlve_lo, jnp.where(h - lo > t.d_delta, h - t.d_delta, lo))
+    lo = jnp.where(_is_rlve(t), rlve_lo, jnp.where(h - lo > t.d_delta, h - t.d_delta, lo))
     zero = jnp.zeros_like(a)
     return lo, h, jnp.where(check, zero, a), jnp.where(check, zero, b)
 
@@ -310,6 +318,7 @@ __all__ = [
     "GroupStats",
     "count_batch",
     "count_stream",
+    "draw",
     "group_stats",
     "init",
     "prepare",

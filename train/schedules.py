@@ -26,7 +26,14 @@ import jax.numpy as jnp
 from flax import struct
 
 from ecomjax import constants as C
-from ecomjax.curriculum import CurriculumState, count_batch, count_stream, prepare
+from ecomjax.curriculum import (
+    CurriculumState,
+    count_batch,
+    count_stream,
+    draw,
+    prepare,
+    window,
+)
 
 I32 = jnp.int32
 ADAPTIVE, STATIC, UNIFORM = 0, 1, 2
@@ -92,12 +99,6 @@ def stack(schedules: list[Schedule]) -> Schedule:
     return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *schedules)
 
 
-def window(state: CurriculumState, s: Schedule) -> tuple[jax.Array, jax.Array]:
-    """Inclusive curriculum window (lo, hi) per task."""
-    lo = jnp.where(s.rlve, jnp.maximum(0, state.h - (s.window - 1)), state.l)
-    return lo, state.h
-
-
 def sample(
     key: jax.Array, state: CurriculumState, s: Schedule, task: jax.Array, index: jax.Array
 ) -> jax.Array:
@@ -105,11 +106,7 @@ def sample(
     lo, hi = window(state, s)
     lo = jnp.where(s.kind == ADAPTIVE, lo[task], s.d_lo)
     hi = jnp.where(s.kind == ADAPTIVE, hi[task], s.d_hi)
-    base = jax.random.fold_in(key, C.STREAM["CURRICULUM"])
-    draw = jax.vmap(
-        lambda e, a, b: jax.random.randint(jax.random.fold_in(base, e), (), a, b + 1, dtype=I32)
-    )
-    return draw(index.ravel(), lo.ravel(), hi.ravel()).reshape(task.shape)
+    return draw(key, index, lo, hi).reshape(task.shape)
 
 
 def update(
