@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from ecomjax import constants as C
 from ecomjax import difficulty as D
+from ecomjax import exposure as X
 from ecomjax import reward as R
 from ecomjax.catalog.types import Catalog
 from ecomjax.customer import opening, reply
@@ -117,10 +118,9 @@ def reset(
     key: jax.Array, catalog: Catalog, problem: Problem, params: EnvParams
 ) -> tuple[EpisodeState, TimeStep]:
     """The episode before turn 1: the opening INFORM is the first observation's reply."""
-    world = init_world(catalog.n_products)
     # SPEC §8.2: the SUB original is out of stock in every tool from the start.
-    gone = jnp.where(problem.sub_original >= 0, problem.sub_original, catalog.n_products)
-    world = world.replace(oos=world.oos.at[gone].set(True, mode="drop"))
+    n = catalog.n_products
+    world = init_world(n, X.capacity(n, params), forced_oos=problem.sub_original)
     state = EpisodeState(
         key=key,
         problem=problem,
@@ -262,7 +262,7 @@ def step(
         t_user=dlg.t_user + (live & ~rep.quit & rep.act.user_caused).astype(jnp.int32)
     )
     # The results delivered now become Seen for later turns.
-    world = mark_seen(world, results)
+    world = mark_seen(world, results, catalog.n_products)
     termination = jnp.select(
         [failed, agent_done, t_max_hit, quit_],
         [TM.HARD_FAIL, TM.AGENT_DONE, TM.T_MAX, TM.USER_QUIT],

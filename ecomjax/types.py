@@ -36,6 +36,9 @@ class EnvParams:
     overrides: AxisOverrides = field(default_factory=AxisOverrides)
     # Device retrieval: rows scored per chunk of the masked top-k kernel.
     search_chunk: int = 4096
+    # Seen / out-of-stock layout (ecomjax.exposure): "dense" bitmaps over N, a "sparse"
+    # sorted id list, or "auto" (sparse once the bitmaps would be much larger).
+    exposure: str = "auto"
 
 
 # --- the hidden goal -----------------------------------------------------------------------
@@ -545,8 +548,11 @@ class World:
     cart_qty: jax.Array  # int32 [MAX_CART_LINES]
     cart_no: jax.Array  # int32 [MAX_CART_LINES], line number (line_001 -> 1), 0 = empty
     lines_created: jax.Array  # int32
-    oos: jax.Array  # bool [N], forced out of stock (shocks, SUB original)
-    seen: jax.Array  # bool [N], product ids already delivered to the agent
+    # Seen and the forced out-of-stock overlay (ecomjax.exposure): dense, seen_ids is empty
+    # and the flags are bitmaps over N; sparse, the flags align with the sorted id list.
+    seen_ids: jax.Array  # int32 [M] or [0]
+    oos: jax.Array  # bool [N or M], forced out of stock (shocks, SUB original)
+    seen: jax.Array  # bool [N or M], product ids already delivered to the agent
     used: jax.Array  # int32 [MAX_USED_IDS], distinct product ids the agent used
     used_hall: jax.Array  # bool [MAX_USED_IDS], not in Seen at first use
     used_by_tool: jax.Array  # bool [MAX_USED_IDS], used by cart_add / return_exchange

@@ -1,7 +1,7 @@
 """Stock, reservations and the cart over the per-episode overlay (SPEC §1.7, §5.2, §6).
 
-The shared catalog is never mutated: an episode changes stock only through ``World.oos``
-(products forced out of stock) and cart reservations.
+The shared catalog is never mutated: an episode changes stock only through its forced
+out-of-stock set (``ecomjax.exposure``) and cart reservations.
 """
 
 from __future__ import annotations
@@ -10,13 +10,18 @@ import jax
 import jax.numpy as jnp
 
 from ecomjax import constants as C
+from ecomjax import exposure as X
 from ecomjax.catalog.types import Catalog
 from ecomjax.types import Problem, World
 
 I32 = jnp.int32
 
 
-def init_world(n_products: int) -> World:
+def init_world(
+    n_products: int, seen_capacity: int | None = None, forced_oos: jax.Array | None = None
+) -> World:
+    """An empty world with ``forced_oos`` out of stock; ``seen_capacity`` None keeps Seen
+    and out-of-stock as bitmaps (``ecomjax.exposure``)."""
     mc, mr, mu = C.MAX_CART_LINES, C.MAX_RETURNS, C.MAX_USED_IDS
     return World(
         cart_pid=jnp.full(mc, -1, I32),
@@ -24,8 +29,7 @@ def init_world(n_products: int) -> World:
         cart_qty=jnp.zeros(mc, I32),
         cart_no=jnp.zeros(mc, I32),
         lines_created=I32(0),
-        oos=jnp.zeros(n_products, bool),
-        seen=jnp.zeros(n_products, bool),
+        **X.init_fields(n_products, seen_capacity, forced_oos),
         used=jnp.full(mu, -1, I32),
         used_hall=jnp.zeros(mu, bool),
         used_by_tool=jnp.zeros(mu, bool),
@@ -89,7 +93,7 @@ def stock_qty(
 ) -> jax.Array:
     """Units available now: stock - reserved, and 0 once the product is forced out."""
     free = base_stock(catalog, problem, pid, var) - reserved(world, pid, var)
-    forced = world.oos[safe(pid)]
+    forced = X.is_oos(world, pid)
     return jnp.where(is_known(catalog, pid) & ~forced, jnp.maximum(free, 0), 0)
 
 
@@ -117,7 +121,7 @@ def record_use(world: World, pid: jax.Array, by_tool: jax.Array, enabled: jax.Ar
     present = (world.used == pid) & (jnp.arange(C.MAX_USED_IDS) < world.n_used)
     is_new = enabled & (pid != -1) & ~present.any() & (world.n_used < C.MAX_USED_IDS)
     slot = world.n_used
-    unseen = ~(world.seen[safe(pid)] & (pid >= 0) & (pid < world.seen.shape[0]))
+    unseen = ~X.is_seen(world, pid)
     tool_flag = jnp.where(present.any(), present & by_tool & enabled, False)
     return world.replace(
         used=jnp.where(is_new, world.used.at[slot].set(pid), world.used),
@@ -141,7 +145,7 @@ def record_uses(world: World, pids: jax.Array, enabled: jax.Array) -> World:
     new = (ids != big) & first & ~hit
     pos = world.n_used + jnp.cumsum(new) - 1
     dest = jnp.where(new & (pos < C.MAX_USED_IDS), pos, C.MAX_USED_IDS)
-    unseen = ~(world.seen[safe(ids)] & (ids >= 0) & (ids < world.seen.shape[0]))
+    unseen = ~X.is_seen(world, ids)
     return world.replace(
         used=world.used.at[dest].set(ids, mode="drop"),
         used_hall=world.used_hall.at[dest].set(unseen, mode="drop"),

@@ -62,6 +62,7 @@ from ecomjax import constants as C
 from ecomjax import difficulty as DF
 from ecomjax.catalog.types import Catalog
 from ecomjax.compact import first_true
+from ecomjax.exposure import oos_bitmap
 from ecomjax.predicates import (
     NUM_FILTER_DIR,
     NUM_FILTER_SCALE,
@@ -501,7 +502,7 @@ class FaissRetriever:
         fdisc = np.asarray(actions.filter_disc)
         fnum = np.asarray(actions.filter_num)
         world = states.world
-        oos = np.asarray(world.oos) if flag[todo[:, 0], todo[:, 1]].any() else None
+        oos = oos_bitmap(world, n) if flag[todo[:, 0], todo[:, 1]].any() else None
         cart = [np.asarray(x) for x in (world.cart_pid, world.cart_var, world.cart_qty)]
         cart_no = np.asarray(world.cart_no)
         cache: dict[bytes, np.ndarray | None] = {}

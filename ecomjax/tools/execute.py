@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from ecomjax import constants as C
+from ecomjax import exposure as X
 from ecomjax.catalog.types import Catalog
 from ecomjax.tools import cart as cart_tools
 from ecomjax.tools import orders as order_tools
@@ -258,7 +259,7 @@ def _assemble(catalog: Catalog, tools: jax.Array, rows: Row, search: SearchResul
     )
 
 
-def mark_seen(world: World, results: ToolResults) -> World:
+def mark_seen(world: World, results: ToolResults, n_products: int) -> World:
     """Delivered product rows join Seen; only later uses count as grounded (SPEC §7)."""
     product_rows = jnp.isin(results.tool, jnp.array(PRODUCT_ROW_TOOLS))
     live = (
@@ -266,8 +267,6 @@ def mark_seen(world: World, results: ToolResults) -> World:
         & (jnp.arange(S)[None, :] < results.count[:, None])
         & (results.ids >= 0)
     )
-    n = world.seen.shape[0]
-    small = jnp.where(live, results.ids, n).reshape(-1)  # out of range: dropped
-    wide = jnp.where(results.search.ids >= 0, results.search.ids, n).reshape(-1)
-    seen = world.seen.at[small].set(True, mode="drop").at[wide].set(True, mode="drop")
-    return world.replace(seen=seen)
+    small = jnp.where(live, results.ids, -1)
+    ids = jnp.concatenate([small.reshape(-1), results.search.ids.reshape(-1)])
+    return X.insert(world, ids, n_products, seen=True, oos=False)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from ecomjax import constants as C
 from ecomjax import difficulty as D
+from ecomjax import exposure as X
 from ecomjax.catalog.types import Catalog
 from ecomjax.compact import compact, first_true
 from ecomjax.kernels.topk import masked_topk
@@ -84,14 +85,15 @@ def _ranked_candidates(
     def score_fn(q, r, idx):
         del q
         ok = filters_pass(disc_values(catalog, idx), num_values_scaled(catalog, idx), fd, fn)
-        in_stock = (catalog.stock[idx] > 0) & ~r["oos"] & ~(idx[:, None] == exhausted).any(-1)
+        in_stock = (catalog.stock[idx] > 0) & ~X.is_oos(world, idx)
+        in_stock &= ~(idx[:, None] == exhausted).any(-1)
         ok &= ~in_stock_only | in_stock
         ok &= idx != ref
         cos = r["emb"].astype(jnp.float32) @ qvec
         s = jnp.where(mode == C.SortBy.RELEVANCE, cos, _sort_key(catalog, idx, mode))
         return jnp.where(ok, s, NEG)[None, :]
 
-    rows = {"emb": catalog.emb, "oos": world.oos}
+    rows = {"emb": catalog.emb}
     top = masked_topk(score_fn, rows, jnp.zeros((1,)), catalog.n_products, R, params.search_chunk)
     return top.indices[0], top.n_valid[0], qvec, mode
 

@@ -12,6 +12,7 @@ from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import feasible, satisfaction
+from ecomjax.exposure import oos_bitmap
 
 TM = C.Termination
 
@@ -39,7 +40,7 @@ def _pool_np(catalog: Catalog, problem, world, row: int, extra_ok=None):
         np.asarray(world.cart_pid)[plain], np.asarray(world.cart_qty)[plain], strict=True
     ):
         reserved[p] += q
-    avail = (np.asarray(catalog.stock).astype(np.int64) - reserved > 0) & ~np.asarray(world.oos)
+    avail = (np.asarray(catalog.stock).astype(np.int64) - reserved > 0) & ~oos_bitmap(world, n)
     pool = feas & avail
     if extra_ok is not None:
         pool &= extra_ok

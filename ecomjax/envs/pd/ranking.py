@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from ecomjax import constants as C
+from ecomjax import exposure as X
 from ecomjax.catalog.types import Catalog
 from ecomjax.compact import compact
 from ecomjax.kernels.pool import PoolStats, dcg_weights
@@ -23,13 +24,13 @@ def known(catalog: Catalog, pids: jax.Array) -> jax.Array:
 def available(catalog: Catalog, world: World, pids: jax.Array) -> jax.Array:
     """bool [...]: product-SKU stock_qty > 0 in the episode's overlay at termination
     (base stock minus plain cart reservations, 0 once forced out), as
-    ``shocks.product_free_stock`` but read only at ``pids``."""
+    ``shocks.member_free_stock`` but read at any ``pids``."""
     p = jnp.clip(pids, 0, catalog.n_products - 1)
     plain = (world.cart_no > 0) & (world.cart_var == -1)
     hit = plain & (world.cart_pid == p[..., None])
     reserved = jnp.where(hit, world.cart_qty, 0).sum(-1)
     free = catalog.stock[p].astype(jnp.int32) - reserved
-    return known(catalog, pids) & (free > 0) & ~world.oos[p]
+    return known(catalog, pids) & (free > 0) & ~X.is_oos(world, pids)
 
 
 def answer_list(rec: jax.Array, k: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
