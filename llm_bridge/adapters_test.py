@@ -16,6 +16,7 @@ from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge import session as SS
 from ecomjax.llm_bridge import trl_adapter as TA
 from ecomjax.llm_bridge.parse import format_turn
+from ecomjax.llm_bridge.tiny_models import tiny_tool_caller
 
 from ecomjax import constants as C
 
@@ -211,50 +212,6 @@ def test_adapter_passes_bad_calls_to_the_env_and_scores_unfinished_rollouts(text
 
 
 # --- one real GRPO step -------------------------------------------------------------------------
-
-CALL = (
-    '<tool_call>\n{"name": "submit_answer", "arguments": {"answer": {"env": "CART"}}}\n</tool_call>'
-)
-
-
-def tiny_tool_caller():
-    """A tokenizer with Qwen3's chat template and a 1-layer Qwen3 whose weights make it emit one
-    fixed tool call, then end: attention and MLP outputs are zero, so the next token depends
-    only on the current one (a bigram table in ``lm_head``). No download, no training data."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
-    from trl.chat_template_utils import qwen3_chat_template
-
-    tok = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
-    tok.add_tokens([CALL])
-    hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", eos_token="<|im_end|>", pad_token="<|endoftext|>"
-    )
-    hf.chat_template = qwen3_chat_template
-    v = len(hf)
-    call_id, end_id = hf.convert_tokens_to_ids(CALL), hf.convert_tokens_to_ids("<|im_end|>")
-    cfg = Qwen3Config(
-        vocab_size=v, hidden_size=v, intermediate_size=8, num_hidden_layers=1,
-        num_attention_heads=1, num_key_value_heads=1, head_dim=8,
-        max_position_embeddings=1 << 15, tie_word_embeddings=False,
-        pad_token_id=hf.pad_token_id, eos_token_id=end_id,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(cfg)
-    with torch.no_grad():
-        model.model.embed_tokens.weight.copy_(torch.eye(v))
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        table = torch.zeros(v, v)
-        table[call_id, :] = 3.0  # any token -> the call
-        table[call_id, call_id] = 0.0
-        table[end_id, call_id] = 3.0  # the call -> end of turn
-        model.lm_head.weight.copy_(table)
-    return model, hf
 
 
 def test_one_grpo_step_with_trl(text, tmp_path, monkeypatch):
