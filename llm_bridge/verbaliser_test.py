@@ -70,6 +70,13 @@ def test_cache_is_keyed_by_act_and_transcript():
     assert v.key(UTT, []) == Verbaliser(lambda m: "", "fake").key(UTT, [])  # no process salt
 
 
+def test_context_turns_bounds_the_transcript_in_the_prompt():
+    history = [{"role": "assistant", "content": f"turn {i}"} for i in range(6)]
+    for n, want in [(0, []), (2, ["turn 4", "turn 5"]), (10, [f"turn {i}" for i in range(6)])]:
+        text = str(Verbaliser(lambda m: "", "fake", context_turns=n).prompt(UTT, history))
+        assert [f"turn {i}" for i in range(6) if f"turn {i}" in text] == want
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from(["2", "red", "$25.00", "mug", "x"]), max_size=6))
 def test_mark_wraps_every_occurrence(parts):
