@@ -200,12 +200,13 @@ def resolve_batch(
     actions: Action,
     params: EnvParams,
     live: jax.Array,
-    chunk: int = 256,
+    chunk: int | None = None,
 ) -> SearchResults:
     """The retrieval stage for a batch: only the search calls of live episodes are scored.
 
     Search slots are compacted and resolved ``chunk`` at a time, so the cost follows the
     number of searches, not batch x call slots. Results equal ``resolve_searches``."""
+    chunk = params.search_batch if chunk is None else chunk
     b = live.shape[0]
     nb = b * C.MAX_TOOL_CALLS
     flat = ((actions.tool == C.Tool.CATALOG_SEARCH) & live[:, None]).reshape(-1)
