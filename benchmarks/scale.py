@@ -15,9 +15,10 @@ the catalog, its build, XLA's compiler and Python).
     python benchmarks/scale.py                                  # the full sweep
     python benchmarks/scale.py --tasks C1 --n-sweep 1000 100000 --b-sweep --timeout 300
 
-Why C8 is much slower at large N: every episode holds N-wide bitmaps (``World.seen``,
-``World.oos``) and its stock shocks draw over the whole catalog each turn, so a round
-moves O(B·N) bytes per turn. This script measures; it does not change that.
+Each row names the Seen / out-of-stock layout (``ecomjax.exposure``): up to N = 197k the
+default keeps per-episode bitmaps over N, past it a sorted id list of a fixed capacity, so
+per-episode memory stops growing with N. Retrieval and the PD/SUB exact pools still scan
+all N rows (chunked), so their cost grows with N.
 Rows go to benchmarks/results/scale.jsonl.
 """
 
@@ -50,6 +51,7 @@ def one(tasks: str, n: int, b: int, repeats: int) -> dict:
     import jax
     import jax.numpy as jnp
 
+    from ecomjax import exposure
     from ecomjax.agents.oracle import make_oracle
     from ecomjax.catalog.synthetic import generate_catalog
     from ecomjax.registry import family, resolve_tasks
@@ -89,6 +91,7 @@ def one(tasks: str, n: int, b: int, repeats: int) -> dict:
         ok, steps = jax.block_until_ready(compiled(catalog, keys, d))
         times.append(time.perf_counter() - t0)
     med = statistics.median(times)
+    cap = exposure.capacity(n, params)
     dev = jax.devices()[0]
     try:
         stats = dev.memory_stats() or {}
@@ -116,6 +119,9 @@ def one(tasks: str, n: int, b: int, repeats: int) -> dict:
         "peak_mem_bytes": mem,
         "mem_source": source,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "exposure": "dense" if cap is None else "sparse",
+        "exposure_capacity": cap,
+        "search_batch": params.search_batch,
     }
 
 

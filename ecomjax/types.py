@@ -38,7 +38,7 @@ class EnvParams:
     search_chunk: int = 4096
     # Batched retrieval (tools.search.resolve_batch): search calls scored per loop step. The
     # last step of a turn is padded to it, so small values suit long tails of few searches.
-    search_batch: int = 256
+    search_batch: int = 32
     # Seen / out-of-stock layout (ecomjax.exposure): "dense" bitmaps over N, a "sparse"
     # sorted id list, or "auto" (sparse once the bitmaps would be much larger).
     exposure: str = "auto"

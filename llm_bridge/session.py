@@ -51,6 +51,7 @@ from ecomjax.core import step as core_step
 from ecomjax.registry import family as get_family
 from ecomjax.tools.search import resolve_searches
 from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, TimeStep, no_search
+from ecomjax.xla_options import FAST_COMPILE as FAST_COMPILE  # re-exported
 
 T = C.Tool
 E = C.Env
@@ -68,12 +69,8 @@ DETAIL_NAMES: dict[int, tuple[str, ...]] = {
     E.BUNDLE: ("f1", "pen"),
     E.JOURNEY: ("subgoals_correct",),
 }
-# Compiler options that cut CPU compile time ~2x for the host's single-episode functions
-# (LLVM optimisation off); they cost step time, which an LLM host does not notice.
-FAST_COMPILE: dict[str, Any] = {
-    "xla_backend_optimization_level": 0,
-    "xla_llvm_disable_expensive_passes": True,
-}
+# FAST_COMPILE (re-exported here) cuts CPU compile time for the host's single-episode
+# functions; it costs step time, which an LLM host does not notice.
 
 # --- compiled functions, once per process ------------------------------------------------------
 

@@ -21,7 +21,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "logs, summaries and PNG plots per task collection.",
     )
     p.add_argument(
-        "--quick", action="store_true", help="smoke-scale budget (~8 min once compiles are cached)"
+        "--quick", action="store_true", help="smoke-scale budget (~10 min cold, 2 CPU cores)"
     )
     p.add_argument(
         "--tasks", default="C1,C8", help="collections to study, in order: C1, C8 or C1,C8"

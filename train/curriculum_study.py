@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ecomjax.registry import resolve_tasks
+from ecomjax.xla_options import FAST_COMPILE
 
 from . import plots
 from . import schedules as sch
@@ -61,23 +62,28 @@ class StudyConfig:
     lr: float = 1e-3
     reward: str = "r_task"  # see TrainConfig.reward
     policy: PolicyConfig | None = None  # default: loop.default_policy(tasks)
+    # Compile the train step with LLVM optimisation off (ecomjax.xla_options.FAST_COMPILE):
+    # faster to compile, slower per step; worth it when compiles dominate (--quick).
+    fast_compile: bool = False
     # Per-collection overrides of the fields above, e.g. {"C8": {"seeds": 1}}.
     per_tasks: dict = field(default_factory=dict)
 
 
-# About 5 minutes on a shared 2-core CPU once the compiles are cached: a smoke-scale
-# budget (a few hundred episodes per run), far below what the policy needs to learn CART
-# (about 10k episodes); the default StudyConfig is the real study.
+# Under 10 minutes on this 2-core CPU from a cold compile cache (docs/study/README.md): a
+# smoke-scale budget (a few hundred episodes per run), far below what the policy needs to
+# learn CART (about 10k episodes); the default StudyConfig is the real study. Compiles
+# dominate at this size, hence fast_compile.
 QUICK = StudyConfig(
     seeds=2,
     sweep_seeds=1,
     sweep_on=("C1",),
-    steps=25,
+    steps=16,
     groups=4,
     group_size=8,
     eval_per=1,
     # A C8 episode costs about 10x a CART one (searches, 24-turn journeys, eight customers).
-    per_tasks={"C8": {"seeds": 1, "group_size": 4, "steps": 10}},
+    per_tasks={"C8": {"seeds": 1, "group_size": 4, "steps": 8}},
+    fast_compile=True,
 )
 # Smoke-test size (the tests share its compiled step): 2 runs of 2 small batches on C1.
 TINY = StudyConfig(
@@ -216,6 +222,7 @@ def run_collection(
         out=out,
         progress=progress,
         ckpt_every=None,
+        compiler_options=FAST_COMPILE if cfg.fast_compile else None,
     )
     for row in rows:
         row["run_index"] = names.index(row["run"])

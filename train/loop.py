@@ -508,13 +508,15 @@ def train(
     resume: bool = False,
     progress: bool = True,
     catalog: Catalog | None = None,
+    compiler_options: dict | None = None,
 ) -> list[dict]:
     """Runs R = len(schedules) runs side by side (vmapped) for up to ``steps`` batches, or
     until ``minutes`` of wall time (compile included) have passed.
 
     Returns one row per (step, run); with ``out`` also writes them to ``log.jsonl``, with
     ``config.json`` and ``checkpoint.msgpack`` (every ``ckpt_every`` steps and at the end;
-    ``resume`` continues from it; ``ckpt_every=None`` writes none)."""
+    ``resume`` continues from it; ``ckpt_every=None`` writes none). ``compiler_options``
+    go to XLA for the step (e.g. ``ecomjax.xla_options.FAST_COMPILE``)."""
     from tqdm import tqdm
 
     t_start = time.perf_counter()
@@ -536,7 +538,7 @@ def train(
     if resume and ckpt is not None and ckpt.exists():
         state = load_checkpoint(ckpt, state)
     t0 = time.perf_counter()
-    fn = comp.step.lower(state, catalog, stacked, 0).compile()
+    fn = comp.step.lower(state, catalog, stacked, 0).compile(compiler_options)
     compile_s = time.perf_counter() - t0
     if out:
         out.mkdir(parents=True, exist_ok=True)
