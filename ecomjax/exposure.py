@@ -77,7 +77,7 @@ def init_fields(
 ) -> dict[str, jax.Array]:
     """The World fields of a fresh episode: nothing seen, ``forced_oos`` (a few ids, -1 or
     out of range ignored) out of stock. Built directly rather than by ``insert`` into an
-    empty list: XLA would constant-fold that merge's N-long prefix sums for minutes."""
+    empty list: XLA would constant-fold that merge's capacity-long prefix sums for minutes."""
     forced = jnp.zeros(0, I32) if forced_oos is None else jnp.asarray(forced_oos, I32).ravel()
     valid = (forced >= 0) & (forced < n_products)
     if cap is None:
