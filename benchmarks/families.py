@@ -118,21 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     catalog = generate_catalog(42, args.n)
     params = EnvParams()
     info = env_info()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for spec in args.tasks.split(","):
+    for spec in filter(None, args.tasks.split(",")):  # --tasks "" times the pool alone
         tasks = resolve_tasks(spec)
         row = {"kind": "families", "spec": spec, "n_products": args.n, **info}
         row.update(bench_plan(catalog, params, tasks, args.batch, args.repeats))
-        rows.append(row)
+        append_rows(args.out, [row])  # as it comes: a long sweep cut short keeps its rows
         print(json.dumps(row), flush=True)
     if args.pool:
         for name, r in bench_pool(catalog, params, args.pool_batch, args.repeats).items():
             row = {"kind": "pool", "spec": name, "n_products": args.n, **info}
             row.update({"batch": args.pool_batch, **r})
-            rows.append(row)
+            append_rows(args.out, [row])
             print(json.dumps(row), flush=True)
-    append_rows(args.out, rows)
     return 0
 
 

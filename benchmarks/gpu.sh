@@ -39,6 +39,12 @@ EOF
 stage retrieval 150 "$PY" benchmarks/retrieval.py --n 100000 1000000 --d 64 384 --k 10 200 \
   --dtypes float32 bfloat16 --chunks 262144 --repeats 5 --out "$DEST/retrieval.jsonl"
 
+# 1b. The Pallas kernel (kernels/pallas_topk.py) compiled for the GPU: queries/s at N = 1M
+#     (k = 10; it suits k <= ~64). Its rows carry the id agreement with faiss when faiss is
+#     there; `pytest tests/kernels/test_pallas_topk.py -k compiled_gpu` checks exactness.
+stage retrieval_pallas 90 "$PY" benchmarks/retrieval.py --impl pallas --n 1000000 --d 64 384 \
+  --k 10 --dtypes float32 bfloat16 --block-rows 256 --repeats 5 --out "$DEST/retrieval.jsonl"
+
 # 2. Throughput (CART, oracle): batched vs looped; one compile per batch size.
 stage throughput 150 "$PY" benchmarks/throughput.py --sizes 1024 16384 --repeats 3 \
   --loop-episodes 8 --out "$DEST/throughput.jsonl"

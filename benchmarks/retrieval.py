@@ -17,6 +17,11 @@ ratios), so 1.0 means the exact top-k runs at the speed of a bare matmul.
     python benchmarks/retrieval.py                 # N in {100k, 1M}, D in {64, 384}, B 256
     python benchmarks/retrieval.py --quick         # N = 100k only, k = 10, 2 repeats
     python benchmarks/retrieval.py --n 1000000 --d 384 --k 10 200 --dtypes float32 bfloat16
+    python benchmarks/retrieval.py --impl pallas --block-rows 256 512   # GPU only
+
+``--impl pallas`` times ``kernels/pallas_topk.py`` (no filters) instead of ``masked_topk``,
+one point per ``--block-rows`` value in place of ``--chunks``; on a non-GPU backend it
+exits without timing anything (Pallas interpret mode is a test path, not a fast one).
 
 Vectors are random unit Gaussians (retrieval cost does not depend on their content);
 they are generated block by block straight into the faiss index and the device array is
@@ -38,6 +43,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from ecomjax.kernels.pallas_topk import pallas_masked_topk
 from ecomjax.kernels.topk import embedding_scores, masked_topk
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -86,7 +92,12 @@ def plain_matmul(rows: jax.Array, width: int):
     return part, jax.jit(lambda qs, e: embedding_scores(qs, e))
 
 
-def ours_fn(n: int, k: int, chunk: int):
+def ours_fn(n: int, k: int, chunk: int, impl: str = "xla"):
+    if impl == "pallas":  # chunk is the kernel's block_rows
+        return jax.jit(
+            lambda e, qs: pallas_masked_topk(qs, e, None, None, None, k, block_rows=chunk)
+        )
+
     def score(qs: jax.Array, e: jax.Array, idx: jax.Array) -> jax.Array:
         del idx
         return embedding_scores(qs, e)
@@ -100,7 +111,7 @@ def bench_point(
     rng = np.random.default_rng(args.seed + 1)
     queries = [unit_rows(rng, b, d) for _ in range(args.repeats + 1)]
     e = rows.astype(jnp.dtype(dtype))
-    fn = ours_fn(n, k, chunk)
+    fn = ours_fn(n, k, chunk, args.impl)
     q0 = jnp.asarray(queries[0], e.dtype)
     t0 = time.perf_counter()
     compiled = fn.lower(e, q0).compile()
@@ -130,7 +141,7 @@ def bench_point(
     base = {"kind": "retrieval", "N": n, "D": d, "batch": b, "k": k, "repeats": args.repeats}
     med = statistics.median(ours_t)
     ours = base | {
-        "impl": "ecomjax.masked_topk",
+        "impl": "ecomjax.pallas_masked_topk" if args.impl == "pallas" else "ecomjax.masked_topk",
         "dtype": dtype,
         "chunk": chunk,
         "compile_s": compile_s,
@@ -177,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--k", type=int, nargs="+", default=[10, 200])
     ap.add_argument("--chunks", type=int, nargs="+", default=[32768])
+    ap.add_argument("--impl", choices=["xla", "pallas"], default="xla")
+    ap.add_argument("--block-rows", type=int, nargs="+", default=[256], help="--impl pallas")
     ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--matmul-width", type=int, default=262144, help="rows in the peak matmul")
@@ -188,6 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.n, args.k, args.repeats = [100_000], [10], 2
         args.dtypes = args.dtypes[:1]
+    if args.impl == "pallas":
+        if jax.default_backend() != "gpu":
+            print(
+                f"--impl pallas needs a GPU (backend is {jax.default_backend()}): Pallas "
+                "interpret mode is a test path, not a performance path; nothing timed",
+                file=sys.stderr,
+            )
+            return 0
+        args.chunks = args.block_rows
     info = env_info() | {
         "faiss": getattr(faiss, "__version__", None),
         "cpu_count": os.cpu_count(),

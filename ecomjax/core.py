@@ -202,12 +202,15 @@ def step(
     search: SearchResults | None = None,
     families: Sequence[int] = ALL_FAMILIES,
     present: Sequence[int] | None = None,
+    calls: jax.Array | None = None,
 ) -> tuple[EpisodeState, TimeStep]:
     """One agent turn. ``search`` may be resolved beforehand (batch-skippable stage or the
     host's FAISS); otherwise the device retrieval runs here. ``families`` (static) are the
     families the batch may hold; an empty tuple skips scoring, for drivers that verify
     per family slice after the episode (``verify``). ``present`` (static, default
     ``families`` or all) narrows the customer to the families the batch may hold.
+    ``calls`` (unbatched) are the tools the batch calls per call slot, from a batched
+    driver (``rollout.step_batch``); see ``run_tools``.
 
     There is no step key: every draw comes from the episode key (SPEC §12), so the same
     seed and action sequence replay bit-identically."""
@@ -222,7 +225,7 @@ def step(
     hard = hard_fail_kind(action, p.env, diff.b_tool)
     failed = hard != HF.NONE
     # 2-3. Run the calls in order (discarded on a hard fail: no call of the turn runs).
-    world, scratch, results = run_tools(catalog, p, state.world, action, search)
+    world, scratch, results = run_tools(catalog, p, state.world, action, search, calls)
     world = jax.tree_util.tree_map(lambda a, b: jnp.where(failed, b, a), world, state.world)
     results = jax.tree_util.tree_map(lambda a, b: jnp.where(failed, b, a), results, empty_results())
     # 4. Count the turn and store the answer.
@@ -262,7 +265,7 @@ def step(
         t_user=dlg.t_user + (live & ~rep.quit & rep.act.user_caused).astype(jnp.int32)
     )
     # The results delivered now become Seen for later turns.
-    world = mark_seen(world, results, catalog.n_products)
+    world = mark_seen(world, results, catalog.n_products, calls)
     termination = jnp.select(
         [failed, agent_done, t_max_hit, quit_],
         [TM.HARD_FAIL, TM.AGENT_DONE, TM.T_MAX, TM.USER_QUIT],

@@ -1,7 +1,9 @@
 """Batched episodes on device: generate, reset, then agent and step in a while loop.
 
 Retrieval is a separate stage (DESIGN): it runs under a batch-level ``lax.cond`` only on
-turns where some episode searches, so families that never search pay nothing for it.
+turns where some episode searches, so families that never search pay nothing for it. The
+call-slot loop runs to the batch's longest turn with a scalar counter, and each slot only
+the tools some episode calls in it (``step_batch``).
 
 Mixed batches follow a static plan of per-family slices (quotas): generation and
 verification are vmapped per slice, while one ``step`` over the whole batch runs the
@@ -24,8 +26,9 @@ from ecomjax.agents.base import Agent
 from ecomjax.catalog.types import Catalog
 from ecomjax.core import reset, step, verify
 from ecomjax.registry import family
+from ecomjax.tools.execute import slot_tools
 from ecomjax.tools.search import resolve_batch
-from ecomjax.types import EnvParams, EpisodeState, zero_reward
+from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, TimeStep, zero_reward
 from ecomjax.verify import ALL_FAMILIES
 
 Plan = tuple[tuple, ...]  # static: (family name, episodes[, agent index]) per slice, in order
@@ -107,9 +110,28 @@ def _play(
     return RolloutResult(state=states, env_steps=n_steps, turns=turns)
 
 
+def step_batch(
+    catalog: Catalog,
+    states: EpisodeState,
+    actions: Action,
+    params: EnvParams,
+    live: jax.Array,
+    present,
+    search: SearchResults | None = None,
+) -> tuple[EpisodeState, TimeStep]:
+    """One turn of a whole batch: the batch-level stages (retrieval, unless ``search`` is
+    given; the tools called per call slot by live episodes), then the per-episode ``step``, which
+    does not score (``verify`` runs per family slice after the episodes end). ``present``
+    (static) are the families the batch holds."""
+    if search is None:
+        search = resolve_batch(catalog, states, actions, params, live)
+    calls = slot_tools(jnp.where(live[:, None], actions.tool, C.Tool.NONE))
+    one = partial(step, families=(), present=tuple(present), calls=calls)
+    return jax.vmap(one, (None, 0, 0, None, 0))(catalog, states, actions, params, search)
+
+
 def _turns(catalog, agents, runs, params, akeys, carry, max_turns, families, watch=None):
     """Agent/step turns while an episode runs (only those in ``watch``, if given)."""
-    step_only = partial(step, families=(), present=tuple(families))
 
     def running(states):
         return states.dialogue.termination == C.Termination.RUNNING
@@ -134,10 +156,7 @@ def _turns(catalog, agents, runs, params, akeys, carry, max_turns, families, wat
         # Agents often emit constant fields (no filters); without this barrier XLA would
         # constant-fold [B, calls, N] filter masks at compile time, for minutes.
         actions = jax.lax.optimization_barrier(actions)
-        search = resolve_batch(catalog, states, actions, params, live)
-        states, ts = jax.vmap(step_only, (None, 0, 0, None, 0))(
-            catalog, states, actions, params, search
-        )
+        states, ts = step_batch(catalog, states, actions, params, live, families)
         return states, ts.observation, memory, t + 1, n_steps + live.sum()
 
     return jax.lax.while_loop(cond, body, carry)

@@ -26,7 +26,7 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from functools import cache, partial
+from functools import cache
 from pathlib import Path
 
 import jax
@@ -39,10 +39,9 @@ from ecomjax import constants as C
 from ecomjax import curriculum as cur
 from ecomjax.catalog.synthetic import generate_catalog
 from ecomjax.catalog.types import Catalog
-from ecomjax.core import reset, step, verify
+from ecomjax.core import reset, verify
 from ecomjax.registry import family, resolve_tasks
-from ecomjax.rollout import max_turns_for
-from ecomjax.tools.search import resolve_batch
+from ecomjax.rollout import max_turns_for, step_batch
 from ecomjax.types import EnvParams, RewardInfo, no_search, zero_reward
 from ecomjax.verify import ALL_FAMILIES
 
@@ -238,7 +237,6 @@ def collect(
     states, ts = jax.vmap(reset, (0, None, 0, None))(keys, catalog, problems, env_params)
     mem, h = jax.vmap(lambda _: policy.init_carry())(jnp.arange(b))
     present = tuple(sorted({int(family(n).env) for n, _ in plan}))
-    step_only = partial(step, families=(), present=present)
     act = jax.vmap(policy.act, (None, 0, 0, 0, None, 0, None))
 
     # One dry turn traces the per-turn output shapes for the buffers.
@@ -260,13 +258,8 @@ def collect(
         mem, h2, inp, smp, lp, _, action = act(params, mem, h, obs, catalog, k, t == cap - 1)
         h = jnp.where(live[:, None], h2, h)
         action = jax.lax.optimization_barrier(action)
-        if policy.cfg.searches:
-            search = resolve_batch(catalog, states, action, env_params, live)
-        else:
-            search = no_search((b,))
-        states, ts = jax.vmap(step_only, (None, 0, 0, None, 0))(
-            catalog, states, action, env_params, search
-        )
+        search = None if policy.cfg.searches else no_search((b,))
+        states, ts = step_batch(catalog, states, action, env_params, live, present, search)
         buf = jax.tree_util.tree_map(
             lambda B, x: jax.lax.dynamic_update_index_in_dim(B, x, t, 0), buf, (inp, smp)
         )

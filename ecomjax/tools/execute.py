@@ -115,27 +115,51 @@ def _history_row(catalog: Catalog, problem: Problem, world: World) -> Row:
     return _row(0, count, count, hist, None, qty)
 
 
-def _run_call(catalog: Catalog, problem: Problem, search: SearchResults, carry, i):
+def _gated(on: jax.Array, fn, fallback):
+    """``fn()`` if ``on``, else ``fallback``. With an unbatched ``on`` (a batched driver's
+    per-slot tool set) this is a real branch under vmap, so a tool no episode calls in a
+    slot costs nothing; a batched ``on`` becomes a select, which computes both, as before.
+    Either way the caller only selects ``fn``'s output for episodes that called the tool."""
+    return jax.lax.cond(on, fn, lambda: fallback)
+
+
+def _run_call(
+    catalog: Catalog, problem: Problem, search: SearchResults, carry, i, slot_tools: jax.Array
+):
     world, scratch, action = carry
     tool = action.tool[i]
     pid, var, qty = action.product[i], action.variant[i], action.qty[i]
     line = action.line[i]
+    calls = slot_tools[i]  # bool [N_TOOLS]: tools some episode calls in this slot
 
-    added, add_err = cart_tools.cart_add(catalog, problem, world, pid, var, qty)
-    # cart_remove is cart_set_quantity(line, 0): one mutation graph serves both.
+    def any_of(tools) -> jax.Array:
+        return calls[jnp.asarray(tools)].any()
+
     is_remove = tool == T.CART_REMOVE
-    setq, setq_err = cart_tools.cart_set_quantity(
-        catalog, problem, world, line, jnp.where(is_remove, 0, qty)
-    )
     is_add = tool == T.CART_ADD
     is_setq = (tool == T.CART_SET_QUANTITY) | is_remove
-    cart_world = jax.tree_util.tree_map(
-        lambda a, b, w: jnp.where(is_add, a, jnp.where(is_setq, b, w)), added, setq, world
-    )
-    cart_err = jnp.where(is_add, add_err, jnp.where(is_setq, setq_err, E.NONE))
-    cart_row = _cart_row(cart_world, cart_err)
+
+    def cart_mutation():
+        added, add_err = cart_tools.cart_add(catalog, problem, world, pid, var, qty)
+        # cart_remove is cart_set_quantity(line, 0): one mutation graph serves both.
+        setq, setq_err = cart_tools.cart_set_quantity(
+            catalog, problem, world, line, jnp.where(is_remove, 0, qty)
+        )
+        cart_world = jax.tree_util.tree_map(
+            lambda a, b, w: jnp.where(is_add, a, jnp.where(is_setq, b, w)), added, setq, world
+        )
+        cart_err = jnp.where(is_add, add_err, jnp.where(is_setq, setq_err, E.NONE))
+        return cart_world, cart_err.astype(I32)
+
+    mutations = (T.CART_ADD, T.CART_SET_QUANTITY, T.CART_REMOVE)
+    cart_world, cart_err = _gated(any_of(mutations), cart_mutation, (world, I32(E.NONE)))
+    cart_row = _gated(any_of(CART_TOOLS), lambda: _cart_row(cart_world, cart_err), _row())
     # Order and return tools (they may change the world: returns, exchange reservations).
-    order_world, order_row = order_tools.run_order_call(catalog, problem, cart_world, action, i)
+    order_world, order_row = _gated(
+        any_of(order_tools.ORDER_TOOLS),
+        lambda: order_tools.run_order_call(catalog, problem, cart_world, action, i),
+        (cart_world, _row()),
+    )
     is_order_tool = jnp.isin(tool, jnp.array(order_tools.ORDER_TOOLS))
     cart_world = jax.tree_util.tree_map(
         lambda a, b: jnp.where(is_order_tool, a, b), order_world, cart_world
@@ -146,21 +170,33 @@ def _run_call(catalog: Catalog, problem: Problem, search: SearchResults, carry, 
         T.CART_SET_QUANTITY: cart_row,
         T.CART_REMOVE: cart_row,
         T.CART_VIEW: cart_row,
-        T.CATALOG_GET_PRODUCT: _row(
-            jnp.where(known, E.NONE, E.UNKNOWN_PRODUCT),
-            known,
-            known,
-            jnp.where(known, pid, -1)[None],
-            None,
-            product_stock_qty(catalog, problem, world, safe(pid)[None]),
-            variant_count(catalog, problem, pid)[None],
+        T.CATALOG_GET_PRODUCT: _gated(
+            calls[T.CATALOG_GET_PRODUCT],
+            lambda: _row(
+                jnp.where(known, E.NONE, E.UNKNOWN_PRODUCT),
+                known,
+                known,
+                jnp.where(known, pid, -1)[None],
+                None,
+                product_stock_qty(catalog, problem, world, safe(pid)[None]),
+                variant_count(catalog, problem, pid)[None],
+            ),
+            _row(),
         ),
-        T.CATALOG_GET_VARIANTS: _variants_row(catalog, problem, world, pid),
-        T.USER_GET_VISIT_HISTORY: _history_row(catalog, problem, world),
+        T.CATALOG_GET_VARIANTS: _gated(
+            calls[T.CATALOG_GET_VARIANTS],
+            lambda: _variants_row(catalog, problem, world, pid),
+            _row(),
+        ),
+        T.USER_GET_VISIT_HISTORY: _gated(
+            calls[T.USER_GET_VISIT_HISTORY], lambda: _history_row(catalog, problem, world), _row()
+        ),
         T.DATETIME_NOW: _row(0, 0, problem.today),
         T.CATALOG_SEARCH: _row(search.error[i]),
         **{t: order_row for t in order_tools.ORDER_TOOLS},
-        T.POLICY_SEARCH: policy_tools.policy_search_row(action, i),
+        T.POLICY_SEARCH: _gated(
+            calls[T.POLICY_SEARCH], lambda: policy_tools.policy_search_row(action, i), _row()
+        ),
     }
     row = _select_rows(tool, rows, _row())
 
@@ -192,14 +228,39 @@ def _select_rows(tool: jax.Array, rows: dict, empty: Row) -> Row:
     )
 
 
+def slot_tools(tools: jax.Array) -> jax.Array:
+    """bool [MAX_TOOL_CALLS, N_TOOLS]: which tools are called in each call slot of
+    ``tools`` [..., MAX_TOOL_CALLS], over all leading axes (a whole batch's turn)."""
+    flat = tools.reshape(-1, C.MAX_TOOL_CALLS)
+    return (flat[:, :, None] == jnp.arange(C.N_TOOLS)[None, None, :]).any(0)
+
+
+def _used_slots(calls: jax.Array) -> jax.Array:
+    """int32: one past the last slot with any call (known tool or not) in it."""
+    used = ~calls[:, T.NONE] | calls[:, 1:].any(-1)
+    return jnp.where(used.any(), C.MAX_TOOL_CALLS - jnp.argmax(used[::-1]), 0).astype(I32)
+
+
 def run_tools(
-    catalog: Catalog, problem: Problem, world: World, action: Action, search: SearchResults
+    catalog: Catalog,
+    problem: Problem,
+    world: World,
+    action: Action,
+    search: SearchResults,
+    calls: jax.Array | None = None,
 ) -> tuple[World, TurnScratch, ToolResults]:
-    """Runs the calls in slot order; each sees the effects of those before it."""
-    # Slots run in order up to the last used one; under vmap the loop runs to the batch's
-    # longest turn, so short turns do not pay for all MAX_TOOL_CALLS slots.
-    used = action.tool != T.NONE
-    n_slots = jnp.where(used.any(), C.MAX_TOOL_CALLS - jnp.argmax(used[::-1]), 0)
+    """Runs the calls in slot order; each sees the effects of those before it.
+
+    Slots run up to the last used one, so short turns do not pay for all MAX_TOOL_CALLS,
+    and a slot runs only the tools called in it. A batched driver passes ``calls``
+    (``slot_tools`` over the whole batch's live episodes, unbatched under vmap): the loop
+    counter then stays a scalar, so the loop neither selects its carry per episode nor
+    scatters rows at per-episode indices, and a tool no episode calls in a slot is
+    skipped, not computed and discarded. Unused slots and skipped tools would have been
+    no-ops or unselected, so every episode's results are the same either way."""
+    if calls is None:
+        calls = slot_tools(action.tool)
+    n_slots = _used_slots(calls)
     blank = jax.tree_util.tree_map(
         lambda x: jnp.zeros((C.MAX_TOOL_CALLS, *x.shape), x.dtype), _row()
     ).replace(
@@ -214,7 +275,9 @@ def run_tools(
 
     def body(carry):
         i, world, scratch, rows = carry
-        (world, scratch, _), row = _run_call(catalog, problem, search, (world, scratch, action), i)
+        (world, scratch, _), row = _run_call(
+            catalog, problem, search, (world, scratch, action), i, calls
+        )
         rows = jax.tree_util.tree_map(lambda all_, one: all_.at[i].set(one), rows, row)
         return i + 1, world, scratch, rows
 
@@ -259,14 +322,30 @@ def _assemble(catalog: Catalog, tools: jax.Array, rows: Row, search: SearchResul
     )
 
 
-def mark_seen(world: World, results: ToolResults, n_products: int) -> World:
-    """Delivered product rows join Seen; only later uses count as grounded (SPEC §7)."""
+def mark_seen(
+    world: World, results: ToolResults, n_products: int, calls: jax.Array | None = None
+) -> World:
+    """Delivered product rows join Seen; only later uses count as grounded (SPEC §7).
+
+    ``calls`` as in ``run_tools``: when no episode of the batch searched this turn, the
+    search rows (all -1 then) are not scattered."""
     product_rows = jnp.isin(results.tool, jnp.array(PRODUCT_ROW_TOOLS))
     live = (
         product_rows[:, None]
         & (jnp.arange(S)[None, :] < results.count[:, None])
         & (results.ids >= 0)
     )
-    small = jnp.where(live, results.ids, -1)
-    ids = jnp.concatenate([small.reshape(-1), results.search.ids.reshape(-1)])
-    return X.insert(world, ids, n_products, seen=True, oos=False)
+    small = jnp.where(live, results.ids, -1).reshape(-1)
+    if calls is None:
+        calls = slot_tools(results.tool)
+
+    def with_search(w: World) -> World:
+        ids = jnp.concatenate([small, results.search.ids.reshape(-1)])
+        return X.insert(w, ids, n_products, seen=True, oos=False)
+
+    def without(w: World) -> World:
+        return X.insert(w, small, n_products, seen=True, oos=False)
+
+    # The search rows belong to search (and host-resolved rerank) slots only.
+    searched = calls[:, T.CATALOG_SEARCH].any() | calls[:, T.CATALOG_RERANK].any()
+    return jax.lax.cond(searched, with_search, without, world)

@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
+from ecomjax.compact import first_true
 from ecomjax.orders import Method, eligibility, line_known, return_fee_cents
 from ecomjax.tools.rows import Row, _row
 from ecomjax.types import SMALL_ROWS, Action, Problem, World
@@ -60,25 +62,28 @@ ORDER_TOOLS = (
 )
 
 
+# Every (order, line) slot, newest order first and lines in order: the row order of a
+# listing. Live slots keep this order, so compaction replaces a per-call argsort.
+_O = np.repeat(np.arange(MO - 1, -1, -1, dtype=np.int32), ML)
+_J = np.tile(np.arange(ML, dtype=np.int32), MO)
+
+
 def _line_rows(problem: Problem, shown: jax.Array) -> Row:
     """Rows for the lines of the shown orders, newest order first, lines in order."""
-    o = jnp.repeat(jnp.arange(MO, dtype=I32), ML)
-    j = jnp.tile(jnp.arange(ML, dtype=I32), MO)
+    o, j = jnp.asarray(_O), jnp.asarray(_J)
     live = shown[o] & (j < problem.order_n_lines[o])
-    big = MO * ML
-    rank = jnp.where(live, (MO - 1 - o) * ML + j, big)
-    idx = jnp.argsort(rank)
-    live, o, j = live[idx], o[idx], j[idx]
-    pid = jnp.where(live, problem.line_pid[o, j], -1)
-    qty = jnp.where(live, problem.line_qty[o, j], 0)
+    first = first_true(live, MO * ML)
+    ok = first >= 0
+    o, j = jnp.where(ok, o[jnp.maximum(first, 0)], -1), jnp.where(ok, j[jnp.maximum(first, 0)], 0)
+    oc, jc = jnp.maximum(o, 0), j
     return _row(
         E.NONE,
         live.sum(),
         shown.sum(),
-        pid,
-        jnp.where(live, o, -1),
-        qty,
-        jnp.where(live, j, 0),
+        jnp.where(ok, problem.line_pid[oc, jc], -1),
+        o,
+        jnp.where(ok, problem.line_qty[oc, jc], 0),
+        j,
         ord_status=jnp.where(shown, problem.order_status, -1),
         ord_date=jnp.where(shown, problem.order_date, -1),
         ord_aux=jnp.where(shown, problem.order_aux_date, -1),
@@ -86,17 +91,14 @@ def _line_rows(problem: Problem, shown: jax.Array) -> Row:
     )
 
 
-def order_list_row(problem: Problem, days: jax.Array) -> Row:
+def _listed(problem: Problem, days: jax.Array) -> jax.Array:
     live = jnp.arange(MO) < problem.n_orders
-    shown = live & (problem.order_date >= problem.today - days)
-    return _line_rows(problem, shown)
+    return live & (problem.order_date >= problem.today - days)
 
 
-def order_status_row(problem: Problem, order: jax.Array) -> Row:
+def _status_shown(problem: Problem, order: jax.Array) -> tuple[jax.Array, jax.Array]:
     known, _ = line_known(problem, order, jnp.int32(0))
-    shown = known & (jnp.arange(MO) == order)
-    row = _line_rows(problem, shown)
-    return row.replace(error=jnp.where(known, E.NONE, E.UNKNOWN_ORDER).astype(I32))
+    return known & (jnp.arange(MO) == order), known
 
 
 def active_return_on(world: World, order: jax.Array, line: jax.Array) -> jax.Array:
@@ -210,9 +212,17 @@ def run_order_call(
     )
     cancel_row = _row(cancel_err, info=jnp.where(cancel_err == E.NONE, order, 0).astype(F32)[None])
 
+    # order_list and order_get_status differ only in which orders they show: one listing.
+    status_shown, status_known = _status_shown(problem, order)
+    is_status = tool == T.ORDER_GET_STATUS
+    listing = _line_rows(
+        problem, jnp.where(is_status, status_shown, _listed(problem, action.qty[i]))
+    )
     rows = {
-        T.ORDER_LIST: order_list_row(problem, action.qty[i]),
-        T.ORDER_GET_STATUS: order_status_row(problem, order),
+        T.ORDER_LIST: listing,
+        T.ORDER_GET_STATUS: listing.replace(
+            error=jnp.where(status_known, E.NONE, E.UNKNOWN_ORDER).astype(I32)
+        ),
         T.RETURN_CHECK_ELIGIBILITY: elig_row,
         T.RETURN_INITIATE: init_row,
         T.RETURN_EXCHANGE: exch_row,

@@ -41,10 +41,13 @@ def policy_search(query: jax.Array, top_k: jax.Array):
     """(topic ids [MAX_TOP_K] -1 padded, score x1e4 [MAX_TOP_K], inter [MAX_TOP_K], count,
     total, |Q|)."""
     inter, n_q = search_scores(query)
-    order = jnp.argsort(-inter, stable=True)  # ties keep the earlier topic first
+    # Ties go to the earlier topic. The keys are distinct (score, then reversed index), so
+    # top_k has no tie to break: its own tie order is not promised by every lowering.
+    n = inter.shape[0]
+    rank_key = inter * n + (n - 1 - jnp.arange(n, dtype=jnp.int32))
+    top, _ = jax.lax.top_k(rank_key, MAX_TOP_K)
+    hit, best = top // n, n - 1 - top % n
     k = jnp.clip(top_k, 1, MAX_TOP_K)
-    best = order[:MAX_TOP_K]
-    hit = inter[best]
     live = (hit > 0) & (jnp.arange(MAX_TOP_K) < k)
     score = jnp.where(live, jnp.round(hit * 1e4 / jnp.maximum(n_q, 1)), 0).astype(jnp.int32)
     ids = jnp.where(live, best, -1).astype(jnp.int32)

@@ -1,14 +1,21 @@
 """The SUB oracle plan of SPEC §8.9 as an array policy that reads only observations.
 
-Plan: ask_user(every SUB slot) · catalog_search(filters = {cat, brand}) to find the
-original p0 by its identifying description · catalog_search(similar_to = p0, filters = C,
-in_stock_only, top_k = the cap) · answer with the best k valid cards by score. With
-B_tool >= 2 the find search rides along with the ask. Cards are re-verified against C and
-the shock events; fewer than k left while more matches exist means a new search.
+Plan: ask_user(every SUB slot) · find the original p0 · catalog_search(similar_to = p0,
+filters = C, in_stock_only, top_k = the cap) · answer with the best k valid cards by
+score. With B_tool >= 2 the find rides along with the ask. Cards are re-verified against C
+and the shock events; fewer than k left while more matches exist means a new search.
 
-The description names p0 as "{Brand} {Noun}" (or a longer form), so the brand is part of
-what the customer said: ``brand_of`` reads it back from the description key, as an LLM
-reads the brand name out of the text. p0 itself is found only among the search's cards.
+Finding p0. The description names p0 as "{Brand} {Noun}" (or a longer form), so the brand
+is part of what the customer said: ``brand_of`` reads it back from the description key, as
+an LLM reads the brand name out of the text. p0 itself is found only among the search's
+cards, by its description. The search's text query stays the category's display name
+(the only query the text bridge renders, and the one that follows a custom embedder), so
+the narrowing comes from filters: {cat, brand} plus every constraint the customer has
+stated. p0 satisfies those by construction (§8.2: C is drawn so that both p0 and the
+witness satisfy it), and at large N the same-brand products of a category are far more
+than top_k(d), so the brand alone is not enough. When the turn allows another call, the
+find is repeated with {cat, brand} only, as a fallback. A find that misses is repeated
+the next turn with whatever the customer has said since (the ask's CLARIFY).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from flax import struct
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
+from ecomjax.constraints import constraints_from_slots, to_filters
 from ecomjax.envs.pd.oracle import (
     Cards,
     SlotMemory,
@@ -39,6 +47,15 @@ from ecomjax.types import Action, Observation, empty_action
 T = C.Tool
 S = C.Slot
 R = C.MAX_SEARCH_RESULTS
+SB = C.SortBy
+# The find searches of one turn, in call order: (filter on the stated constraints, sort_by).
+# The stated constraints find p0 alone (210 / 210 at N = 100k, 63 / 63 at 400k, measured);
+# {cat, brand} alone is the fallback in case a constraint the customer stated excludes it.
+# More sort orders would find it a turn earlier now and then, for a full-catalog scan each.
+FIND_VARIANTS: tuple[tuple[bool, int], ...] = (
+    (True, SB.RELEVANCE),
+    (False, SB.RELEVANCE),
+)
 
 
 @struct.dataclass
@@ -85,19 +102,44 @@ def find_p0(obs: Observation, catalog: Catalog, slots: SlotMemory) -> jax.Array:
     return jnp.where(hit.any(), ids[jnp.argmax(hit)], -1)
 
 
-def find_call(action: Action, i: jax.Array, catalog: Catalog, slots: SlotMemory) -> Action:
-    """catalog_search(filters = {cat, brand}), stock ignored: p0 is out of stock."""
+def find_filters(catalog: Catalog, slots: SlotMemory) -> tuple[jax.Array, jax.Array]:
+    """(filter_disc [2, N_DISC_FILTERS], filter_num [2, N_NUM_FILTERS]) of a find: row 0 is
+    {cat, brand} plus the stated constraints, row 1 {cat, brand} only. Stock is ignored:
+    p0 is out of stock."""
     cat = jnp.clip(slots.value[S.CATEGORY].astype(jnp.int32), 0, catalog.n_categories - 1)
-    fd = jnp.full(C.N_DISC_FILTERS, -1, jnp.int32).at[0].set(cat)
-    fd = fd.at[1].set(brand_of(catalog, slots.ref_form, slots.ref_key))
+    brand = brand_of(catalog, slots.ref_form, slots.ref_key)
+    fd, fn = to_filters(*constraints_from_slots(slots.known, slots.value, slots.op))
+    only = jnp.full_like(fd, -1)
+    fd = jnp.stack([fd, only]).at[:, 0].set(cat)
+    fd = fd.at[:, 1].set(jnp.where(brand >= 0, brand, fd[:, 1]))
+    return fd, jnp.stack([fn, jnp.full_like(fn, jnp.nan)])
+
+
+def find_calls(
+    action: Action, first: int, budget: jax.Array, catalog: Catalog, slots: SlotMemory
+) -> Action:
+    """Call slots first, first + 1, ... (as many as the turn's budget allows) = the
+    FIND_VARIANTS in order: catalog_search(query = the category's display name, filters,
+    sort_by, top_k = the cap)."""
+    n = len(FIND_VARIANTS)
+    row = jnp.array([0 if stated else 1 for stated, _ in FIND_VARIANTS], jnp.int32)
+    sort = jnp.array([int(s) for _, s in FIND_VARIANTS], jnp.int32)
+    fd, fn = find_filters(catalog, slots)
+    v = jnp.arange(C.MAX_TOOL_CALLS) - first  # the variant of each call slot
+    use = (v >= 0) & (v < jnp.minimum(budget - first, n))
+    v = jnp.clip(v, 0, n - 1)
+    wide = use[:, None]
+    qemb = catalog.cat_emb[fd[0, 0]].astype(jnp.float32)
     return action.replace(
-        tool=action.tool.at[i].set(T.CATALOG_SEARCH),
-        qty=action.qty.at[i].set(R),
-        enum_a=action.enum_a.at[i].set(C.SortBy.RELEVANCE),
-        flag=action.flag.at[i].set(False),
-        has_query=action.has_query.at[i].set(True),
-        query_emb=action.query_emb.at[i].set(catalog.cat_emb[cat].astype(jnp.float32)),
-        filter_disc=action.filter_disc.at[i].set(fd),
+        tool=jnp.where(use, T.CATALOG_SEARCH, action.tool),
+        product=jnp.where(use, -1, action.product),
+        qty=jnp.where(use, R, action.qty),
+        enum_a=jnp.where(use, sort[v], action.enum_a),
+        flag=jnp.where(use, False, action.flag),
+        has_query=jnp.where(use, True, action.has_query),
+        query_emb=jnp.where(wide, qemb[None, :], action.query_emb),
+        filter_disc=jnp.where(wide, fd[row[v]], action.filter_disc),
+        filter_num=jnp.where(wide, fn[row[v]], action.filter_num),
     )
 
 
@@ -119,8 +161,9 @@ def act(
 
     base = empty_action(catalog.embed_dim).replace(has_message=jnp.bool_(True))
     ask = ask_call(base, 0, C.Env.SUB)
-    ask = pick(find_now, find_call(ask, 1, catalog, slots), ask)
-    find = find_call(base, 0, catalog, slots)
+    budget = obs.tool_budget
+    ask = pick(find_now, find_calls(ask, 1, budget, catalog, slots), ask)
+    find = find_calls(base, 0, budget, catalog, slots)
     similar = search_call(base, 0, catalog, slots, jnp.int32(C.SortBy.RELEVANCE), p0)
     # Cards of a similar_to search are already in score order; ``top_by`` keeps it stable.
     rec = top_by(cards.ids, valid, cards.score, k)
