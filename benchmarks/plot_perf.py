@@ -2,6 +2,7 @@
 throughput and scale benchmarks wrote (no new measurement).
 
     python benchmarks/plot_perf.py                # -> docs/perf/eps_vs_B.png, eps_vs_N.png
+    python benchmarks/plot_perf.py --tasks C1 CART    # only these task sets
 
 Each line is one series of rows measured with everything but the swept axis fixed (the
 same tasks, agent and the other size); for a repeated point the latest row counts, since
@@ -69,6 +70,9 @@ def scale_rows(rows: list[dict]) -> list[dict]:
 
 
 def _plot(lines: dict[str, dict[int, float]], xlabel: str, title: str, path: Path) -> None:
+    if not lines:
+        print(f"no series for {path.name}: not drawn")
+        return
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for label, pts in sorted(lines.items()):
         xs = sorted(pts)
@@ -90,9 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--results", type=Path, default=RESULTS)
     ap.add_argument("--out", type=Path, default=DOCS)
+    ap.add_argument("--tasks", nargs="*", default=None, help="task sets to draw (default all)")
     args = ap.parse_args(argv)
     scale = scale_rows(read_rows(args.results / "scale.jsonl"))
     thru = throughput_rows(read_rows(args.results / "throughput.jsonl"))
+    if args.tasks is not None:
+        scale = [r for r in scale if r.get("tasks") in args.tasks]
+        thru = [r for r in thru if r.get("tasks") in args.tasks]
     device = {r.get("device") for r in scale + thru}
 
     by_b = {

@@ -68,6 +68,18 @@ def test_main_writes_both_plots(tmp_path):
         assert (tmp_path / "out" / name).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_main_draws_only_the_named_task_sets(tmp_path):
+    res = tmp_path / "results"
+    res.mkdir()
+    rows = [_scale(7, n, 256, 1e6 / n) for n in (1000, 10000)]
+    (res / "scale.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(SystemExit):  # C1 rows only: nothing left to draw for C8
+        plot_perf.main(["--results", str(res), "--out", str(tmp_path / "o"), "--tasks", "C8"])
+    assert (
+        plot_perf.main(["--results", str(res), "--out", str(tmp_path / "o"), "--tasks", "C1"]) == 0
+    )
+
+
 def test_main_refuses_an_empty_results_folder(tmp_path):
     with pytest.raises(SystemExit):
         plot_perf.main(["--results", str(tmp_path), "--out", str(tmp_path / "out")])

@@ -20,6 +20,7 @@ from ecomjax.kernels.topk import TopK, embedding_scores, masked_topk_reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from topk_oracle import assert_topk_equal, np_topk
 
 # ------------------------------------------------------------------------------- oracles
 
@@ -69,19 +70,6 @@ def kernel(case: dict, k: int, interpret: bool = True, **kw) -> TopK:
     )
 
 
-def np_topk(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The tie rule by definition: stable order by score descending, lower index first."""
-    q, n = s.shape
-    out_s = np.full((q, k), -np.inf, np.float32)
-    out_i = np.full((q, k), -1, np.int32)
-    for r in range(q):
-        order = np.lexsort((np.arange(n), -s[r]))
-        order = order[s[r, order] > -np.inf][:k]
-        out_s[r, : len(order)] = s[r, order]
-        out_i[r, : len(order)] = order
-    return out_s, out_i, (s > -np.inf).sum(axis=1).astype(np.int32)
-
-
 def np_scores(case: dict) -> np.ndarray:
     """float64 scores with the filters applied, straight from the definitions."""
     e = np.asarray(case["emb"].astype(jnp.float32), np.float64)
@@ -97,29 +85,6 @@ def np_scores(case: dict) -> np.ndarray:
         v, rg = np.asarray(case["row_value"])[None, :], np.asarray(case["query_range"])
         ok &= (v >= rg[:, :1]) & (v <= rg[:, 1:])
     return np.where(ok, q @ e.T, -np.inf)
-
-
-def assert_topk_equal(got: TopK, want) -> None:
-    """Exact equality of ids, scores and n_valid, and the result dtypes."""
-    want = tuple(np.asarray(x) for x in (want.scores, want.indices, want.n_valid))
-    np.testing.assert_array_equal(np.asarray(got.indices), want[1])
-    np.testing.assert_array_equal(np.asarray(got.scores), want[0])
-    np.testing.assert_array_equal(np.asarray(got.n_valid), want[2])
-    assert got.scores.dtype == jnp.float32 and got.indices.dtype == jnp.int32
-    assert got.n_valid.dtype == jnp.int32
-
-
-def test_harness_catches_swapped_ties() -> None:
-    """The comparison has teeth: two tied ids swapped (same scores) must be reported."""
-    s = np.array([[1.0, 3.0, 3.0, 2.0, 3.0]], np.float32)
-    want = TopK(*(jnp.asarray(x) for x in np_topk(s, 3)))
-    np.testing.assert_array_equal(want.indices, [[1, 2, 4]])
-    bad = want._replace(indices=want.indices[:, [1, 0, 2]])
-    with pytest.raises(AssertionError):
-        assert_topk_equal(bad, want)
-
-
-# ------------------------------------------------------------------ random filtered cases
 
 
 def random_case(
