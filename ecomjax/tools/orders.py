@@ -74,16 +74,15 @@ def _line_rows(problem: Problem, shown: jax.Array) -> Row:
     live = shown[o] & (j < problem.order_n_lines[o])
     first = first_true(live, MO * ML)
     ok = first >= 0
-    o, j = jnp.where(ok, o[jnp.maximum(first, 0)], -1), jnp.where(ok, j[jnp.maximum(first, 0)], 0)
-    oc, jc = jnp.maximum(o, 0), j
+    o, j = o[jnp.maximum(first, 0)], j[jnp.maximum(first, 0)]
     return _row(
         E.NONE,
         live.sum(),
         shown.sum(),
-        jnp.where(ok, problem.line_pid[oc, jc], -1),
-        o,
-        jnp.where(ok, problem.line_qty[oc, jc], 0),
-        j,
+        jnp.where(ok, problem.line_pid[o, j], -1),
+        jnp.where(ok, o, -1),
+        jnp.where(ok, problem.line_qty[o, j], 0),
+        jnp.where(ok, j, 0),
         ord_status=jnp.where(shown, problem.order_status, -1),
         ord_date=jnp.where(shown, problem.order_date, -1),
         ord_aux=jnp.where(shown, problem.order_aux_date, -1),
