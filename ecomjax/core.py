@@ -17,6 +17,7 @@ from ecomjax import exposure as X
 from ecomjax import reward as R
 from ecomjax.catalog.types import Catalog
 from ecomjax.customer import opening, reply
+from ecomjax.gates import TurnGates
 from ecomjax.reward import answer_ids
 from ecomjax.shocks import apply_shocks
 from ecomjax.tools.execute import mark_seen, run_tools
@@ -139,15 +140,25 @@ def verify(
     state: EpisodeState,
     params: EnvParams,
     families: Sequence[int] = ALL_FAMILIES,
+    sub_ids: jax.Array | None = None,
 ) -> RewardInfo:
     """Scores a terminated episode from its final world and latest stored answer (§7).
     ``families`` (static) names the families that may occur, so a one-family batch traces
-    only its own verifier."""
+    only its own verifier. ``sub_ids`` (unbatched, from a batched driver: ``gates.
+    stored_sub_ids``) False says no episode's answer has ids in a sub-goal entry, so the
+    hallucination check reads the main entry's ids alone."""
     p, w, dlg = state.problem, state.world, state.dialogue
     hard = dlg.hard_fail
     sc = score(catalog, p, w, dlg, families)
     r_eff = R.efficiency(dlg.turn, dlg.t_user, p.t_max).astype(jnp.float32)
-    r_hall = R.hallucination(w, dlg).astype(jnp.float32)
+    if sub_ids is None:
+        r_hall = R.hallucination(w, dlg)
+    else:
+        main = dlg.answer.main.rec
+        r_hall = jax.lax.cond(
+            sub_ids, lambda: R.hallucination(w, dlg), lambda: R.hallucination(w, dlg, main)
+        )
+    r_hall = r_hall.astype(jnp.float32)
     failed = hard != HF.NONE
     zero = jnp.float32(0.0)
     is_cart = p.env == C.Env.CART
@@ -176,9 +187,25 @@ def _safety_violation(catalog: Catalog, state: EpisodeState) -> jax.Array:
     return (known & denied).any()
 
 
-def _store_answer(dlg: Dialogue, world, action: Action):
+def _record_answer_ids(world, ans, gates: TurnGates | None):
+    """The answer's ids join the used set. Under gates, a batch with no sub-goal ids ranks
+    only the main entry's 50 ids (the other 250 are -1), and one without ids skips it."""
+    if gates is None:
+        return record_uses(world, answer_ids(ans), ans.present)
+
+    def main_only(w):
+        return jax.lax.cond(
+            gates.main_ids, lambda w: record_uses(w, ans.main.rec, ans.present), lambda w: w, w
+        )
+
+    return jax.lax.cond(
+        gates.sub_ids, lambda w: record_uses(w, answer_ids(ans), ans.present), main_only, world
+    )
+
+
+def _store_answer(dlg: Dialogue, world, action: Action, gates: TurnGates | None = None):
     ans = action.answer
-    world = record_uses(world, answer_ids(ans), ans.present)
+    world = _record_answer_ids(world, ans, gates)
     # JOURNEY scores each sub-goal's latest non-null entry across all stored answers.
     fresh = ans.present & (ans.sub.env != -1)  # [MAX_SUBGOALS]
     sub_answers = jax.tree_util.tree_map(
@@ -202,15 +229,15 @@ def step(
     search: SearchResults | None = None,
     families: Sequence[int] = ALL_FAMILIES,
     present: Sequence[int] | None = None,
-    calls: jax.Array | None = None,
+    gates: TurnGates | None = None,
 ) -> tuple[EpisodeState, TimeStep]:
     """One agent turn. ``search`` may be resolved beforehand (batch-skippable stage or the
     host's FAISS); otherwise the device retrieval runs here. ``families`` (static) are the
     families the batch may hold; an empty tuple skips scoring, for drivers that verify
     per family slice after the episode (``verify``). ``present`` (static, default
     ``families`` or all) narrows the customer to the families the batch may hold.
-    ``calls`` (unbatched) are the tools the batch calls per call slot, from a batched
-    driver (``rollout.step_batch``); see ``run_tools``.
+    ``gates`` (unbatched) say which parts of the turn any episode of a batch needs, from a
+    batched driver (``rollout.step_batch``); see ``ecomjax.gates``.
 
     There is no step key: every draw comes from the episode key (SPEC §12), so the same
     seed and action sequence replay bit-identically."""
@@ -225,12 +252,18 @@ def step(
     hard = hard_fail_kind(action, p.env, diff.b_tool)
     failed = hard != HF.NONE
     # 2-3. Run the calls in order (discarded on a hard fail: no call of the turn runs).
+    calls = None if gates is None else gates.calls
     world, scratch, results = run_tools(catalog, p, state.world, action, search, calls)
     world = jax.tree_util.tree_map(lambda a, b: jnp.where(failed, b, a), world, state.world)
-    results = jax.tree_util.tree_map(lambda a, b: jnp.where(failed, b, a), results, empty_results())
+    # A hard-failed turn delivers nothing, nor does a step after termination (absorbing):
+    # one pass over the result rows for both.
+    delivered = running & ~failed
+    results = jax.tree_util.tree_map(
+        lambda a, b: jnp.where(delivered, a, b), results, empty_results()
+    )
     # 4. Count the turn and store the answer.
     turn = dlg0.turn + 1
-    dlg, world = _store_answer(dlg0.replace(turn=turn), world, action)
+    dlg, world = _store_answer(dlg0.replace(turn=turn), world, action, gates)
     agent_done = action.answer.present & action.answer.done & ~failed
     t_max_hit = ~failed & ~agent_done & (turn >= p.t_max)
     live = ~failed & ~agent_done & ~t_max_hit
@@ -288,9 +321,6 @@ def step(
     )
     # Absorbing once terminated: the old state stays, and nothing is paid or delivered.
     state_out = jax.tree_util.tree_map(lambda a, b: jnp.where(running, a, b), new, state)
-    results = jax.tree_util.tree_map(
-        lambda a, b: jnp.where(running, a, b), results, empty_results()
-    )
     events = jnp.where(running, events, -1)
     act = jax.tree_util.tree_map(lambda a: jnp.where(running, a, jnp.zeros_like(a)), act)
     obs = _observation(state_out, params, results, events, n_events * running, act)

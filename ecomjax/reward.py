@@ -21,10 +21,11 @@ def answer_ids(answer: Answer) -> jax.Array:
     return jnp.concatenate([answer.main.rec[None], sub]).reshape(-1)
 
 
-def hallucination(world: World, dialogue: Dialogue) -> jax.Array:
-    """-|hallucinated| / max(|U|, 1) over ids used by tools or in the latest answer."""
+def hallucination(world: World, dialogue: Dialogue, ids: jax.Array | None = None) -> jax.Array:
+    """-|hallucinated| / max(|U|, 1) over ids used by tools or in the latest answer.
+    ``ids`` may narrow the answer's ids to a part that holds all of them (its main entry)."""
     big = jnp.iinfo(jnp.int32).max
-    ids = answer_ids(dialogue.answer)
+    ids = answer_ids(dialogue.answer) if ids is None else ids
     latest = jnp.sort(jnp.where(dialogue.has_answer & (ids != -1), ids, big))
     at = jnp.clip(jnp.searchsorted(latest, world.used), 0, latest.shape[0] - 1)
     in_answer = (latest[at] == world.used) & (world.used != -1)

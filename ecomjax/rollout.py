@@ -25,8 +25,8 @@ from ecomjax import constants as C
 from ecomjax.agents.base import Agent
 from ecomjax.catalog.types import Catalog
 from ecomjax.core import reset, step, verify
+from ecomjax.gates import stored_sub_ids, turn_gates
 from ecomjax.registry import family
-from ecomjax.tools.execute import slot_tools
 from ecomjax.tools.search import resolve_batch
 from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, TimeStep, zero_reward
 from ecomjax.verify import ALL_FAMILIES
@@ -120,13 +120,13 @@ def step_batch(
     search: SearchResults | None = None,
 ) -> tuple[EpisodeState, TimeStep]:
     """One turn of a whole batch: the batch-level stages (retrieval, unless ``search`` is
-    given; the tools called per call slot by live episodes), then the per-episode ``step``, which
+    given; the gates of ``turn_gates`` over the live episodes), then the per-episode ``step``, which
     does not score (``verify`` runs per family slice after the episodes end). ``present``
     (static) are the families the batch holds."""
     if search is None:
         search = resolve_batch(catalog, states, actions, params, live)
-    calls = slot_tools(jnp.where(live[:, None], actions.tool, C.Tool.NONE))
-    one = partial(step, families=(), present=tuple(present), calls=calls)
+    gates = turn_gates(actions, live)
+    one = partial(step, families=(), present=tuple(present), gates=gates)
     return jax.vmap(one, (None, 0, 0, None, 0))(catalog, states, actions, params, search)
 
 
@@ -154,8 +154,12 @@ def _turns(catalog, agents, runs, params, akeys, carry, max_turns, families, wat
         memory = tuple(m for m, _ in outs)
         actions = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *[x for _, x in outs])
         # Agents often emit constant fields (no filters); without this barrier XLA would
-        # constant-fold [B, calls, N] filter masks at compile time, for minutes.
-        actions = jax.lax.optimization_barrier(actions)
+        # constant-fold [B, calls, N] filter masks at compile time, for minutes. The wide
+        # query payloads stay outside it: a constant one would be written out each turn.
+        wide = {"query_emb": actions.query_emb, "query_tokens": actions.query_tokens}
+        actions = jax.lax.optimization_barrier(
+            actions.replace(query_emb=None, query_tokens=None)
+        ).replace(**wide)
         states, ts = step_batch(catalog, states, actions, params, live, families)
         return states, ts.observation, memory, t + 1, n_steps + live.sum()
 
@@ -185,7 +189,8 @@ def _runs(ids: np.ndarray) -> list[tuple[int, int, int]]:
 
 def _score(catalog, states: EpisodeState, params, families) -> EpisodeState:
     ended = states.dialogue.termination != C.Termination.RUNNING
-    reward = jax.vmap(lambda s: verify(catalog, s, params, families))(states)
+    sub_ids = stored_sub_ids(states.dialogue)
+    reward = jax.vmap(lambda s: verify(catalog, s, params, families, sub_ids))(states)
     zero = jax.vmap(lambda _: zero_reward())(ended)
     reward = jax.tree_util.tree_map(
         lambda a, b: jnp.where(ended.reshape(ended.shape + (1,) * (a.ndim - 1)), a, b),

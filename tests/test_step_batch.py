@@ -1,6 +1,7 @@
-"""``rollout.step_batch`` (batch-level slot count and per-slot tool gating) against the
-plain ``vmap(step)``: the same states and time steps, bit for bit, for random agents that
-call every tool, over a batch that mixes families and difficulties."""
+"""``rollout.step_batch`` (the batch-level gates of ``ecomjax.gates``: slot count, per-slot
+tool gating, answer-id recording) against the plain ``vmap(step)``: the same states and
+time steps, bit for bit, for random agents that call every tool and answer with ids in
+main and sub-goal entries, over a batch that mixes families and difficulties."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import numpy as np
 
 from ecomjax import constants as C
 from ecomjax.agents import random_agent
-from ecomjax.core import reset, step
+from ecomjax.agents.base import Agent
+from ecomjax.core import reset, step, verify
+from ecomjax.gates import stored_sub_ids, turn_gates
 from ecomjax.registry import family
 from ecomjax.rollout import AGENT_STREAM, step_batch
 from ecomjax.testing import tree_equal
@@ -21,6 +24,26 @@ from ecomjax.tools.search import resolve_batch
 FAMILIES = ("CART", "RETURN", "POLICY", "PD", "STATUS")
 PER_FAMILY = 24
 TURNS = 4
+
+
+def _with_stray_sub_answers(agent: Agent) -> Agent:
+    """On even turns, some answers also fill every JOURNEY sub-goal entry (allowed outside
+    JOURNEY; their ids count as used), so some turns open the sub-goal id gate and others
+    only the main one."""
+
+    def act(key, memory, obs, catalog):
+        memory, action = agent.act(key, memory, obs, catalog)
+        ans = action.answer
+        stray = jax.random.bernoulli(jax.random.fold_in(key, 0x5AB), 0.3) & (obs.turn % 2 == 0)
+        sub = ans.sub.replace(
+            env=jnp.where(stray, C.Env.PD, ans.sub.env),
+            rec=jnp.where(
+                stray, jnp.broadcast_to(ans.main.rec[::-1], ans.sub.rec.shape), ans.sub.rec
+            ),
+        )
+        return memory, action.replace(answer=ans.replace(sub=sub))
+
+    return agent._replace(name=f"{agent.name}+sub", act=act)
 
 
 def _problems(catalog, params, keys, d):
@@ -37,7 +60,7 @@ def test_step_batch_equals_vmapped_step(catalog, params):
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(7), i))(jnp.arange(b))
     d = jnp.arange(b, dtype=jnp.int32) % (C.D_MAX + 1)
     present = tuple(sorted(int(family(n).env) for n in FAMILIES))
-    agent = random_agent
+    agent = _with_stray_sub_answers(random_agent)
 
     @jax.jit
     def both(catalog, keys, d):
@@ -56,16 +79,37 @@ def test_step_batch_equals_vmapped_step(catalog, params):
             search = resolve_batch(catalog, s2, actions, params, live)
             s2, ts2 = jax.vmap(plain, (None, 0, 0, None, 0))(catalog, s2, actions, params, search)
             carry = ((s1, ts1.observation), (s2, ts2.observation), memory)
-            return carry, (s1, ts1, s2, ts2, actions.tool)
+            gates = turn_gates(actions, live)
+            return carry, (s1, ts1, s2, ts2, actions.tool, gates.main_ids, gates.sub_ids)
 
         start = ((states, ts.observation), (states, ts.observation), memory)
         _, outs = jax.lax.scan(turn, start, jnp.arange(TURNS))
         return outs
 
-    s1, ts1, s2, ts2, tools = both(catalog, keys, d)
+    s1, ts1, s2, ts2, tools, main_ids, sub_ids = both(catalog, keys, d)
     assert tree_equal(s1, s2)
     assert tree_equal(ts1, ts2)
     # The sweep is only meaningful if the agents called many kinds of tools and lived on.
     assert len(set(np.unique(np.asarray(tools)).tolist()) & set(range(1, C.N_TOOLS))) >= 12
     running = np.asarray(s1.dialogue.termination[-2]) == C.Termination.RUNNING
     assert running.any()
+    # ... and answered with ids in both ways: turns with sub-goal ids, turns with main only.
+    main_ids, sub_ids = np.asarray(main_ids), np.asarray(sub_ids)
+    assert sub_ids.any() and (main_ids & ~sub_ids).any(), (main_ids, sub_ids)
+
+    # verify's hallucination gate: over the episodes whose stored answers hold no sub-goal
+    # ids it closes (main entry only), over all of them it opens; scores equal ungated ones.
+    final = jax.tree_util.tree_map(lambda x: x[-1], s1)
+    dlg = final.dialogue
+    has_sub = (dlg.answer.sub.env != -1)[..., None] & (dlg.answer.sub.rec != -1)
+    clean = np.asarray(~(dlg.has_answer & has_sub.any((-2, -1))))
+    assert clean.any() and not clean.all()
+    score = jax.jit(jax.vmap(lambda s, g: verify(catalog, s, params, present, g), (0, None)))
+    ungated = jax.jit(jax.vmap(lambda s: verify(catalog, s, params, present)))
+    for part in (jax.tree_util.tree_map(lambda x: x[clean], final), final):
+        gate = stored_sub_ids(part.dialogue)
+        assert bool(gate) == (part is final)
+        assert tree_equal(score(part, gate), ungated(part))
+    # ... and the main-entry branch had ids to read in the clean episodes.
+    main_ids = np.asarray(dlg.has_answer & (dlg.answer.main.rec != -1).any(-1))
+    assert main_ids[clean].any()
