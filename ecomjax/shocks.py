@@ -4,6 +4,9 @@ so a shock reveals nothing about the goal."""
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import jax
 import jax.numpy as jnp
 
@@ -33,22 +36,41 @@ def goal_categories(catalog: Catalog, problem: Problem) -> jax.Array:
     return jnp.where(pids >= 0, catalog.category[safe(pids)].astype(jnp.int32), -1)
 
 
-def _count_at(world: World, pids: jax.Array, add: jax.Array, size: int) -> jax.Array:
-    """int32 [size]: ``add`` summed onto the exposure slots of ``pids`` (where it has one)."""
+def _flag_at(world: World, pids: jax.Array, size: int) -> jax.Array:
+    """bool [size]: True at the exposure slots of ``pids`` (those with one; -1 ignored)."""
     slot, hit = X.lookup(world, pids)
-    return jnp.zeros(size, jnp.int32).at[jnp.where(hit, slot, size)].add(add, mode="drop")
+    return jnp.zeros(size, bool).at[jnp.where(hit, slot, size)].set(True, mode="drop")
 
 
-def member_free_stock(catalog: Catalog, world: World, ids: jax.Array) -> jax.Array:
-    """int32 [M]: product-SKU stock_qty (variants aside) of the exposure members ``ids``."""
-    m = ids.shape[0]
+def member_values(world: World, values: jax.Array, ids: jax.Array) -> jax.Array:
+    """A per-product catalog column at the exposure members ``ids``. Dense members are all
+    N ids in order, so the column itself, without a gather (whose [N, B] layout under
+    vmap kept the shock draw from vectorising)."""
+    if X.is_dense(world):
+        return values
+    return values[jnp.clip(ids, 0, values.shape[0] - 1)]
+
+
+def reserved_out(catalog: Catalog, world: World) -> jax.Array:
+    """int32 [lines + returns]: products whose free product-SKU stock (variants aside) the
+    episode's reservations use up, -1 elsewhere. Plain cart lines hold their quantity and
+    active exchanges one unit of their new product (SPEC §5.2). Plain lines hold distinct
+    products (``cart_add`` merges a repeated product-variant into its line), so only the
+    few exchanges need matching, not an N-long count per turn."""
     plain = (world.cart_no > 0) & (world.cart_var == -1)
-    reserved = _count_at(world, world.cart_pid, jnp.where(plain, world.cart_qty, 0), m)
-    # Active exchanges hold one unit of their new product (SPEC §5.2).
     exch = world.ret_active & (world.exch_pid >= 0) & (world.exch_var == -1)
-    reserved += _count_at(world, world.exch_pid, exch.astype(jnp.int32), m)
-    free = catalog.stock[jnp.clip(ids, 0, catalog.n_products - 1)].astype(jnp.int32) - reserved
-    return jnp.where(world.oos, 0, jnp.maximum(free, 0))
+    line_pid = jnp.where(plain, world.cart_pid, -1)
+    exch_pid = jnp.where(exch, world.exch_pid, -1)
+    line_qty = jnp.where(plain, world.cart_qty, 0)
+    to_line = (exch_pid[:, None] == line_pid[None, :]) & (exch_pid[:, None] >= 0)  # [R, L]
+    to_exch = (exch_pid[:, None] == exch_pid[None, :]) & (exch_pid[:, None] >= 0)  # [R, R]
+    # An exchange entry carries its product's whole reservation; a line without exchanges,
+    # its own quantity (with exchanges its product is caught by their entries).
+    exch_units = to_exch.sum(1) + jnp.where(to_line, line_qty[None, :], 0).sum(1)
+    pids = jnp.concatenate([line_pid, exch_pid])
+    units = jnp.concatenate([line_qty, exch_units])
+    used_up = (pids >= 0) & (units > 0) & (units >= catalog.stock[safe(pids)])
+    return jnp.where(used_up, pids, -1)
 
 
 def apply_shocks(
@@ -66,11 +88,15 @@ def apply_shocks(
     ids, live = X.members(world)
     m = ids.shape[0]
     cats = goal_categories(catalog, problem)
-    cat_mask = jnp.zeros(catalog.n_categories, bool).at[cats].set(cats >= 0, mode="drop")
-    in_goal = cat_mask[catalog.category[jnp.clip(ids, 0, catalog.n_products - 1)].astype(jnp.int32)]
-    protected = _count_at(world, problem.protected, (problem.protected >= 0).astype(jnp.int32), m)
-    exposed = live & world.seen & in_goal & (member_free_stock(catalog, world, ids) > 0)
-    exposed &= protected == 0
+    # One comparison per goal slot (unused slots are -1, no category): elementwise over the
+    # members, where a lookup table per episode would be a gather per product.
+    member_cat = member_values(world, catalog.category, ids).astype(jnp.int32)
+    in_goal = functools.reduce(operator.or_, [member_cat == c for c in cats])
+    # Exposed: seen, in a goal category, free stock > 0 (in stock, not forced out, not used
+    # up by reservations) and not protected.
+    blocked = jnp.concatenate([problem.protected, reserved_out(catalog, world)])
+    in_stock = (member_values(world, catalog.stock, ids) > 0) & ~world.oos
+    exposed = live & world.seen & in_goal & in_stock & ~_flag_at(world, blocked, m)
     u = keyed_uniform(jax.random.fold_in(jax.random.fold_in(key, C.STREAM["SHOCK"]), turn), ids)
     shocked = exposed & (u < hazard)
     first = first_true(shocked, C.MAX_EVENTS)

@@ -24,7 +24,7 @@ def known(catalog: Catalog, pids: jax.Array) -> jax.Array:
 def available(catalog: Catalog, world: World, pids: jax.Array) -> jax.Array:
     """bool [...]: product-SKU stock_qty > 0 in the episode's overlay at termination
     (base stock minus plain cart reservations, 0 once forced out), as
-    ``shocks.member_free_stock`` but read at any ``pids``."""
+    the shocks' exposure rule (``shocks.reserved_out``) but read at any ``pids``."""
     p = jnp.clip(pids, 0, catalog.n_products - 1)
     plain = (world.cart_no > 0) & (world.cart_var == -1)
     hit = plain & (world.cart_pid == p[..., None])
