@@ -322,6 +322,7 @@ class SearchResults:
     score: jax.Array  # float32 [MAX_TOOL_CALLS, MAX_SEARCH_RESULTS]
     stock: jax.Array  # int32 [MAX_TOOL_CALLS, MAX_SEARCH_RESULTS], cards' stock_qty
     total: jax.Array  # int32 [MAX_TOOL_CALLS], |T|
+    count: jax.Array  # int32 [MAX_TOOL_CALLS], ids delivered (ids >= 0)
     top_k: jax.Array  # int32 [MAX_TOOL_CALLS], top_k_applied
     error: jax.Array  # int32 [MAX_TOOL_CALLS], ToolError (unknown similar_to)
 
@@ -394,6 +395,7 @@ def no_search(batch: tuple[int, ...] = ()) -> SearchResults:
         score=_full((*batch, b, r), 0.0, F32),
         stock=_full((*batch, b, r), 0),
         total=_full((*batch, b), 0),
+        count=_full((*batch, b), 0),
         top_k=_full((*batch, b), 0),
         error=_full((*batch, b), 0),
     )

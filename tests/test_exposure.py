@@ -1,5 +1,6 @@
 """Seen / out-of-stock layouts (ecomjax.exposure): the sparse id list answers every
-question exactly as the dense bitmaps do, and whole episodes are bit-identical in both.
+question exactly as the dense bitmaps do, and whole episodes are bit-identical in both
+(rewards' floats to within float32 rounding: see ``_assert_rewards_match``).
 
 Compiles: one insert/lookup program per layout; a random-agent CART, SUB and PD rollout
 and an oracle CART rollout per layout (every family under --runslow)."""
@@ -101,6 +102,19 @@ def test_worst_case_capacity_is_the_largest_delivery():
     assert fixed == 2 * 1 * 64 + 1
 
 
+def _assert_rewards_match(a, b) -> None:
+    """Integer and bool fields bit for bit, float fields to a few float32 ulps. The layouts
+    compile to different programs, and XLA contracts w·x + y into one FMA in some fusions
+    and not in others: PD's r_task = 0.55·r_rank + 0.35·r_cons + 0.10·r_av once came out
+    one ulp apart (-0.75624996 vs -0.75625) from identical parts."""
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        x, y = np.asarray(x), np.asarray(y)
+        if np.issubdtype(x.dtype, np.floating):
+            np.testing.assert_allclose(x, y, rtol=0, atol=4e-7)
+        else:
+            np.testing.assert_array_equal(x, y)
+
+
 AGENT = {"random": random_agent, "oracle": oracle_agent}
 DEFAULT = [("CART", "random"), ("SUB", "random"), ("PD", "random"), ("CART", "oracle")]
 SLOW = [
@@ -128,7 +142,7 @@ def test_episodes_bit_identical_in_both_layouts(catalog, name, agent):
         )  # fmt: skip
         out[mode] = res.state
     dense, sparse = out["dense"], out["sparse"]
-    assert tree_equal(dense.reward, sparse.reward)
+    _assert_rewards_match(dense.reward, sparse.reward)
     assert tree_equal(dense.dialogue, sparse.dialogue)
     n = catalog.n_products
     seen = X.seen_bitmap(dense.world, n)

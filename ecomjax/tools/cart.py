@@ -83,15 +83,20 @@ def cart_set_quantity(
     return world, err
 
 
+def line_order(no: jax.Array, keep: jax.Array, k: int) -> jax.Array:
+    """int32 [lines]: each kept line's position among the kept lines by line number, k for
+    the rest and past the first k. Line numbers are distinct, so a line's rank is the count
+    of kept lines numbered below it: a [lines, lines] comparison instead of a sort."""
+    rank = (keep[None, :] & (no[None, :] < no[:, None])).sum(-1)
+    return jnp.where(keep & (rank < k), rank, k)
+
+
 def cart_rows(world: World) -> tuple[jax.Array, ...]:
     """Cart lines ordered by line id: (pid, var, qty, line number, count, total units)."""
-    # Line numbers are distinct, so an active line's rank is the count of active lines
-    # numbered below it: a [lines, lines] comparison instead of a per-call sort.
     no = world.cart_no
     active = no > 0
-    rank = (active[None, :] & (no[None, :] < no[:, None])).sum(-1)
     n = no.shape[0]
-    dest = jnp.where(active, rank, n)
+    dest = line_order(no, active, n)
 
     def ordered(values: jax.Array, fill) -> jax.Array:
         return jnp.full(n, fill, values.dtype).at[dest].set(values, mode="drop")

@@ -295,7 +295,7 @@ def _assemble(catalog: Catalog, tools: jax.Array, rows: Row, search: SearchResul
     n_cat = min(catalog.n_categories, S)
     cat_ids = jnp.pad(jnp.arange(n_cat, dtype=I32), (0, S - n_cat), constant_values=-1)
     cat_counts = jnp.pad(jnp.diff(catalog.cat_offsets)[:n_cat].astype(I32), (0, S - n_cat))
-    n_found = (search.ids >= 0).sum(-1).astype(I32)
+    n_found = search.count
     return ToolResults(
         tool=tools.astype(I32),
         error=jnp.where(is_search, search.error, rows.error),

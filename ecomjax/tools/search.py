@@ -175,6 +175,7 @@ def finish_slot(
         score=jnp.where(mixed >= 0, score, 0.0),
         stock=jnp.where(mixed >= 0, stock, 0),
         total=jnp.where(live, n_valid, 0),
+        count=(mixed >= 0).sum().astype(jnp.int32),
         top_k=jnp.where(is_search[slot], n, 0),
         error=jnp.where(is_search[slot] & bad_ref, C.ToolError.UNKNOWN_PRODUCT, 0).astype(
             jnp.int32

@@ -10,6 +10,7 @@ from flax import struct
 from ecomjax import constants as C
 from ecomjax.compact import compact
 from ecomjax.envs.cart.verifier import item_units
+from ecomjax.tools.cart import line_order
 from ecomjax.tools.execute import TurnScratch
 from ecomjax.types import Dialogue, Problem, World
 from ecomjax.world import cart_fingerprint
@@ -66,8 +67,8 @@ def cart_feedback(
     line_live = world.cart_no > 0
     is_target = (world.cart_pid[:, None] == problem.item_pid[None, :]).any(-1)
     line_extra = line_live & ~is_target
-    order = jnp.argsort(jnp.where(line_live, world.cart_no, jnp.iinfo(jnp.int32).max))
-    extra_line_pid = compact(world.cart_pid[order], line_extra[order], MP)
+    dest = line_order(world.cart_no, line_extra, MP)
+    extra_line_pid = jnp.full(MP, -1, jnp.int32).at[dest].set(world.cart_pid, mode="drop")
     # Several lines may hold the same extra product (different variants): name it once.
     dup = (extra_line_pid[None, :] == extra_line_pid[:, None]) & (
         jnp.arange(MP)[None, :] < jnp.arange(MP)[:, None]
