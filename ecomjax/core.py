@@ -221,6 +221,12 @@ def _store_answer(dlg: Dialogue, world, action: Action, gates: TurnGates | None 
     return dlg, world
 
 
+def turn_hard_fail(state: EpisodeState, action: Action, params: EnvParams) -> jax.Array:
+    """int32 HardFail of a turn's action (§4.2); a batched driver reads it before the step."""
+    diff = D.difficulty(state.problem.d, params.overrides)
+    return hard_fail_kind(action, state.problem.env, diff.b_tool)
+
+
 def step(
     catalog: Catalog,
     state: EpisodeState,
@@ -230,6 +236,7 @@ def step(
     families: Sequence[int] = ALL_FAMILIES,
     present: Sequence[int] | None = None,
     gates: TurnGates | None = None,
+    search_masked: bool = False,
 ) -> tuple[EpisodeState, TimeStep]:
     """One agent turn. ``search`` may be resolved beforehand (batch-skippable stage or the
     host's FAISS); otherwise the device retrieval runs here. ``families`` (static) are the
@@ -237,7 +244,9 @@ def step(
     per family slice after the episode (``verify``). ``present`` (static, default
     ``families`` or all) narrows the customer to the families the batch may hold.
     ``gates`` (unbatched) say which parts of the turn any episode of a batch needs, from a
-    batched driver (``rollout.step_batch``); see ``ecomjax.gates``.
+    batched driver (``rollout.step_batch``); see ``ecomjax.gates``. ``search_masked``
+    (static) says ``search`` holds no rows for an episode that hard-fails this turn or has
+    ended (``step_batch`` resolves only the others'), so they need no masking here.
 
     There is no step key: every draw comes from the episode key (SPEC §12), so the same
     seed and action sequence replay bit-identically."""
@@ -249,7 +258,7 @@ def step(
     diff = D.difficulty(p.d, params.overrides)
 
     # 1. Validate the whole action.
-    hard = hard_fail_kind(action, p.env, diff.b_tool)
+    hard = turn_hard_fail(state, action, params)
     failed = hard != HF.NONE
     # 2-3. Run the calls in order (discarded on a hard fail: no call of the turn runs).
     calls = None if gates is None else gates.calls
@@ -258,9 +267,15 @@ def step(
     # A hard-failed turn delivers nothing, nor does a step after termination (absorbing):
     # one pass over the result rows for both.
     delivered = running & ~failed
-    results = jax.tree_util.tree_map(
-        lambda a, b: jnp.where(delivered, a, b), results, empty_results()
-    )
+
+    def mask(rows, empty):
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(delivered, a, b), rows, empty)
+
+    if search_masked:  # the search rows are already empty there: skip the widest arrays
+        empty = empty_results().replace(search=None)
+        results = mask(results.replace(search=None), empty).replace(search=results.search)
+    else:
+        results = mask(results, empty_results())
     # 4. Count the turn and store the answer.
     turn = dlg0.turn + 1
     dlg, world = _store_answer(dlg0.replace(turn=turn), world, action, gates)

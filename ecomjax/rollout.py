@@ -24,7 +24,7 @@ from flax import struct
 from ecomjax import constants as C
 from ecomjax.agents.base import Agent
 from ecomjax.catalog.types import Catalog
-from ecomjax.core import reset, step, verify
+from ecomjax.core import reset, step, turn_hard_fail, verify
 from ecomjax.gates import stored_sub_ids, turn_gates
 from ecomjax.registry import family
 from ecomjax.tools.search import resolve_batch
@@ -120,13 +120,16 @@ def step_batch(
     search: SearchResults | None = None,
 ) -> tuple[EpisodeState, TimeStep]:
     """One turn of a whole batch: the batch-level stages (retrieval, unless ``search`` is
-    given; the gates of ``turn_gates`` over the live episodes), then the per-episode ``step``, which
-    does not score (``verify`` runs per family slice after the episodes end). ``present``
-    (static) are the families the batch holds."""
-    if search is None:
-        search = resolve_batch(catalog, states, actions, params, live)
+    given, for the live episodes whose action does not hard-fail; the gates of
+    ``turn_gates``), then the per-episode ``step``, which does not score (``verify`` runs
+    per family slice after the episodes end). ``present`` (static) are the families the
+    batch holds."""
+    masked = search is None
+    if masked:  # resolve only the searches of episodes whose turn will deliver results
+        hard = jax.vmap(turn_hard_fail, (0, 0, None))(states, actions, params)
+        search = resolve_batch(catalog, states, actions, params, live & (hard == C.HardFail.NONE))
     gates = turn_gates(actions, live)
-    one = partial(step, families=(), present=tuple(present), gates=gates)
+    one = partial(step, families=(), present=tuple(present), gates=gates, search_masked=masked)
     return jax.vmap(one, (None, 0, 0, None, 0))(catalog, states, actions, params, search)
 
 
