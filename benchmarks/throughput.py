@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--catalog-size", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--label", default=None, help="tag the rows (ab_throughput.sh: the commit)")
     args = ap.parse_args(argv)
 
     catalog = generate_catalog(42, args.catalog_size)
@@ -151,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         "catalog_size": args.catalog_size,
         "state_bytes_per_episode": state_bytes(catalog, params),
     }
+    if args.label is not None:
+        info["label"] = args.label
     rows = []
     looped = bench_looped(catalog, params, agent, args.loop_episodes, args.seed)
     rows.append(info | looped)
