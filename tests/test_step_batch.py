@@ -29,10 +29,13 @@ TURNS = 4
 def _with_stray_sub_answers(agent: Agent) -> Agent:
     """On even turns, some answers also fill every JOURNEY sub-goal entry (allowed outside
     JOURNEY; their ids count as used), so some turns open the sub-goal id gate and others
-    only the main one."""
+    only the main one. Some turns also claim more calls than any budget, a hard fail that
+    must discard the turn's searches too."""
 
     def act(key, memory, obs, catalog):
         memory, action = agent.act(key, memory, obs, catalog)
+        over = jax.random.bernoulli(jax.random.fold_in(key, 0x0FE), 0.1)
+        action = action.replace(n_calls=jnp.where(over, C.MAX_TOOL_CALLS + 1, action.n_calls))
         ans = action.answer
         stray = jax.random.bernoulli(jax.random.fold_in(key, 0x5AB), 0.3) & (obs.turn % 2 == 0)
         sub = ans.sub.replace(
@@ -80,13 +83,17 @@ def test_step_batch_equals_vmapped_step(catalog, params):
             s2, ts2 = jax.vmap(plain, (None, 0, 0, None, 0))(catalog, s2, actions, params, search)
             carry = ((s1, ts1.observation), (s2, ts2.observation), memory)
             gates = turn_gates(actions, live)
-            return carry, (s1, ts1, s2, ts2, actions.tool, gates.main_ids, gates.sub_ids)
+            failed_search = (
+                live & (s1.dialogue.hard_fail != C.HardFail.NONE) & (search.ids >= 0).any((-2, -1))
+            ).any()
+            outs = (s1, ts1, s2, ts2, actions.tool, gates.main_ids, gates.sub_ids, failed_search)
+            return carry, outs
 
         start = ((states, ts.observation), (states, ts.observation), memory)
         _, outs = jax.lax.scan(turn, start, jnp.arange(TURNS))
         return outs
 
-    s1, ts1, s2, ts2, tools, main_ids, sub_ids = both(catalog, keys, d)
+    s1, ts1, s2, ts2, tools, main_ids, sub_ids, failed_search = both(catalog, keys, d)
     assert tree_equal(s1, s2)
     assert tree_equal(ts1, ts2)
     # The sweep is only meaningful if the agents called many kinds of tools and lived on.
@@ -96,6 +103,8 @@ def test_step_batch_equals_vmapped_step(catalog, params):
     # ... and answered with ids in both ways: turns with sub-goal ids, turns with main only.
     main_ids, sub_ids = np.asarray(main_ids), np.asarray(sub_ids)
     assert sub_ids.any() and (main_ids & ~sub_ids).any(), (main_ids, sub_ids)
+    # ... and some hard-failed turns had searches, which step_batch must not deliver.
+    assert np.asarray(failed_search).any()
 
     # verify's hallucination gate: over the episodes whose stored answers hold no sub-goal
     # ids it closes (main entry only), over all of them it opens; scores equal ungated ones.
