@@ -504,13 +504,19 @@ def _cond_holds(x: jax.Array, op: jax.Array, val: jax.Array, mask: jax.Array) ->
     )
 
 
+def clause_holds(rules: jax.Array, context: jax.Array) -> jax.Array:
+    """bool [..., MAX_CONDS]: each condition of the given rule indices on the context
+    (padding conditions hold)."""
+    t = TABLES
+    field = jnp.asarray(t.cond_field)[rules]
+    x = context[jnp.maximum(field, 0)]
+    op, val, mask = (jnp.asarray(a)[rules] for a in (t.cond_op, t.cond_val, t.cond_mask))
+    return _cond_holds(x, op, val, mask) | (field < 0)
+
+
 def rule_matches(context: jax.Array) -> jax.Array:
     """bool [N_RULES]: every condition of the rule holds on the context."""
-    t = TABLES
-    field = jnp.asarray(t.cond_field)
-    x = context[jnp.maximum(field, 0)]
-    ok = _cond_holds(x, jnp.asarray(t.cond_op), jnp.asarray(t.cond_val), jnp.asarray(t.cond_mask))
-    return (ok | (field < 0)).all(-1)
+    return clause_holds(jnp.arange(N_RULES), context).all(-1)
 
 
 def evaluate_full(topic: jax.Array, context: jax.Array):
@@ -519,11 +525,12 @@ def evaluate_full(topic: jax.Array, context: jax.Array):
     ``first``: the first matching rule in rank order, else the default; ``sum``: the sum of
     the matching rules. ``defined`` is False only for a topic without a default where no
     rule applies; ``winner`` is the deciding rule index (first mode; -1 for the default or
-    for sum topics)."""
+    for sum topics). Only the topic's own rules are evaluated (generators call this per
+    rejection try)."""
     t = TABLES
     rules = jnp.asarray(t.topic_rules)[topic]  # [MAX_TOPIC_RULES]
     live = rules >= 0
-    match = rule_matches(context)[jnp.maximum(rules, 0)] & live
+    match = clause_holds(jnp.maximum(rules, 0), context).all(-1) & live
     values = jnp.asarray(t.rule_value)[jnp.maximum(rules, 0)]
     any_match = match.any()
     first = jnp.argmax(match)

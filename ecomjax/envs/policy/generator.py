@@ -1,5 +1,7 @@
 """POLICY problem generator (SPEC §8.6, §9.5): a rule, a full context it wins, distractor
-facts and the answer, all from keyed draws with fixed shapes.
+facts and the answer, all from keyed draws with fixed shapes. For B_branch ≥ 2, two thirds
+of the questions are near misses (``near_miss``): a rank ≥ 2 target behind an earlier
+rule that fails on one clause only, so the first rule listed is rarely the answer.
 
 Encodings (Problem): ``pol_rule`` is the device rule index (``policy_rules.RULES[i]``, not
 the pol_ number); ``pol_context`` [N_FIELDS] holds the topic's fields (others 0);
@@ -18,64 +20,16 @@ from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax import policy_rules as P
 from ecomjax.catalog.types import Catalog
+from ecomjax.envs.policy.context import draw_context, draw_tries, field_bounds
+from ecomjax.envs.policy.near_miss import near_miss_question
 from ecomjax.sampling import TRIES, base_problem, omission, stream
 from ecomjax.types import MAX_FACTS, EnvParams, Problem
 
 S = C.Slot
 T = P.TABLES
 NF = P.N_FIELDS
-OP = P.OP_INDEX
-
-
-def field_bounds(rule: jax.Array):
-    """(allowed codes [N_FIELDS, MAX_DOMAIN], lo units [N_FIELDS], hi units [N_FIELDS]) under
-    the rule's conditions (rule -1 = none): the satisfying set ∩ each field's domain."""
-    codes = jnp.arange(P.MAX_DOMAIN)[None, :]
-    fields = jnp.arange(NF)
-    allowed = codes < jnp.asarray(T.field_size)[:, None]
-    lo = jnp.asarray(T.field_lo_u)
-    hi = jnp.asarray(T.field_hi_u)
-    inv = jnp.asarray(T.field_inv)
-    r = jnp.maximum(rule, 0)
-    for j in range(P.MAX_CONDS):
-        on = (rule >= 0) & (jnp.asarray(T.cond_field)[r, j] == fields)  # [NF]
-        op = jnp.asarray(T.cond_op)[r, j]
-        val = jnp.asarray(T.cond_val)[r, j]
-        bit = ((jnp.asarray(T.cond_mask)[r, j] >> codes) & 1) == 1
-        cat_ok = jnp.select(
-            [op == OP["eq"], op == OP["neq"], op == OP["in"], op == OP["not_in"]],
-            [codes == val, codes != val, bit, ~bit],
-            jnp.ones_like(bit),
-        )
-        allowed &= ~on[:, None] | cat_ok
-        vu = val * inv  # thresholds are whole numbers, so this is exact
-        new_lo = jnp.select(
-            [op == OP["gt"], op == OP["gte"], op == OP["eq"]],
-            [jnp.floor(vu) + 1, jnp.ceil(vu), jnp.round(vu)],
-            lo.astype(jnp.float32),
-        ).astype(jnp.int32)
-        new_hi = jnp.select(
-            [op == OP["lt"], op == OP["lte"], op == OP["eq"]],
-            [jnp.ceil(vu) - 1, jnp.floor(vu), jnp.round(vu)],
-            hi.astype(jnp.float32),
-        ).astype(jnp.int32)
-        lo = jnp.where(on, jnp.maximum(lo, new_lo), lo)
-        hi = jnp.where(on, jnp.minimum(hi, new_hi), hi)
-    return allowed, lo, hi
-
-
-def draw_context(key: jax.Array, rule: jax.Array) -> jax.Array:
-    """float32 [N_FIELDS]: every field drawn uniformly from its domain ∩ the rule's
-    conditions (a numeric field uniform over its grid points in the interval)."""
-    allowed, lo, hi = field_bounds(rule)
-    k_cat, k_num = jax.random.split(key)
-    logits = jnp.where(allowed, 0.0, -jnp.inf)
-    code = jax.random.categorical(k_cat, logits, -1).astype(jnp.float32)
-    u = jax.random.uniform(k_num, (NF,))
-    span = (jnp.maximum(hi, lo) - lo + 1).astype(jnp.float32)
-    units = lo + jnp.minimum(jnp.floor(u * span), span - 1).astype(jnp.int32)
-    num = units.astype(jnp.float32) / jnp.asarray(T.field_inv)
-    return jnp.where(jnp.asarray(T.field_categorical), code, num)
+P_NEAR_MISS = 2.0 / 3.0  # SPEC §9.5 rank spread, for B_branch >= 2
+NEAR_MISS_TAG = 0x4E4D  # folds the near-miss draws off the plain ones' key
 
 
 def rule_fields(rule: jax.Array) -> jax.Array:
@@ -90,7 +44,7 @@ def context_for_rule(key: jax.Array, rule: jax.Array) -> jax.Array:
     the topic are 0."""
     topic = jnp.asarray(T.rule_topic)[rule]
     constrained = rule_fields(rule)
-    tries = jax.vmap(lambda t: draw_context(jax.random.fold_in(key, t), rule))(jnp.arange(TRIES))
+    tries = draw_tries(key, TRIES, *field_bounds(rule))
     # Fields in r's conditions keep their first draw; the free fields are redrawn per try.
     tries = jnp.where(constrained[None, :], tries[0][None, :], tries)
     winners = jax.vmap(lambda ctx: P.evaluate_full(topic, ctx)[2])(tries)
@@ -100,15 +54,26 @@ def context_for_rule(key: jax.Array, rule: jax.Array) -> jax.Array:
 
 
 def sample_question(key: jax.Array, b_branch: jax.Array):
-    """(rule, topic, context [N_FIELDS], answer, n_clauses) of SPEC §9.5 steps 1, 2, 4."""
+    """(rule, topic, context [N_FIELDS], answer, c, near) of SPEC §9.5 steps 1, 2, 4.
+
+    The plain question: c clauses, r uniform over the c-clause rules, a context r wins.
+    For B_branch ≥ 2, with probability 2/3 a near-miss question replaces it
+    (``near_miss.near_miss_question``; ``near`` says it did). c is the drawn clause count
+    either way, and sets the number of distractor facts."""
     k_c, k_r, k_ctx = jax.random.split(key, 3)
     c = jnp.where(b_branch <= 2, b_branch, 2 + jax.random.bernoulli(k_c).astype(jnp.int32))
     c = jnp.clip(c, 1, 3)
     n = jnp.asarray(T.n_by_nconds)[c - 1]
     rule = jnp.asarray(T.rules_by_nconds)[c - 1, jax.random.randint(k_r, (), 0, n)]
-    topic = jnp.asarray(T.rule_topic)[rule]
     ctx = context_for_rule(k_ctx, rule)
-    return rule, topic, ctx, P.evaluate(topic, ctx), c
+    k_take, k_nm = jax.random.split(jax.random.fold_in(key, NEAR_MISS_TAG))
+    take = (b_branch >= 2) & jax.random.bernoulli(k_take, P_NEAR_MISS)
+    nm_rule, nm_ctx, _, _, nm_ok = near_miss_question(k_nm, c)
+    near = take & nm_ok
+    rule = jnp.where(near, nm_rule, rule)
+    ctx = jnp.where(near, nm_ctx, ctx)
+    topic = jnp.asarray(T.rule_topic)[rule]
+    return rule, topic, ctx, P.evaluate(topic, ctx), c, near
 
 
 def distractor_facts(key: jax.Array, topic: jax.Array, n: jax.Array):
@@ -129,7 +94,7 @@ def fill(
     del catalog
     diff = D.difficulty(d, params.overrides)
     k_q, k_f = jax.random.split(stream(key, "PROBLEM", C.Env.POLICY, sub))
-    rule, topic, ctx, answer, c = sample_question(k_q, diff.b_branch)
+    rule, topic, ctx, answer, c, _ = sample_question(k_q, diff.b_branch)
     n_facts = jnp.clip(diff.b_branch - c, 0, MAX_FACTS)
     fact_field, fact_value = distractor_facts(k_f, topic, n_facts)
 
