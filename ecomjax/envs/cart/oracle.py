@@ -8,6 +8,8 @@ catalog_get_variants per variant-required item · cart_add each kept item · ans
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -34,6 +36,7 @@ class CartMemory:
     dropped: jax.Array  # bool [MI], sold out and not wanted any more
     pid: jax.Array  # int32 [MI], resolved product, -1 unknown
     var_index: jax.Array  # int32 [MI], resolved variant, -1 unknown
+    var_asked: jax.Array  # bool [MI], catalog_get_variants was called for it
     asked: jax.Array  # bool
     history: jax.Array  # int32 [MAX_HISTORY], -1 until fetched
     have_history: jax.Array  # bool
@@ -50,6 +53,7 @@ def init_memory() -> CartMemory:
         dropped=jnp.zeros(MI, bool),
         pid=jnp.full(MI, -1, jnp.int32),
         var_index=jnp.full(MI, -1, jnp.int32),
+        var_asked=jnp.zeros(MI, bool),
         asked=jnp.bool_(False),
         history=jnp.full(C.MAX_HISTORY, -1, jnp.int32),
         have_history=jnp.bool_(False),
@@ -72,7 +76,20 @@ def _listen(mem: CartMemory, obs: Observation) -> CartMemory:
     return mem
 
 
-def _read_results(mem: CartMemory, obs: Observation, catalog: Catalog) -> CartMemory:
+def stated_match(mem: CartMemory, res, pid: jax.Array, catalog: Catalog) -> jax.Array:
+    """bool [B, MI, V]: listed variant v of call slot b carries item i's stated variant."""
+    del pid, catalog
+    return (res.var_attr[:, None, :] == mem.var_attr[None, :, None]) & (
+        jnp.abs(res.var_value[:, None, :] - mem.var_value[None, :, None]) < 1e-6
+    )
+
+
+Match = Callable[[CartMemory, object, jax.Array, Catalog], jax.Array]
+
+
+def _read_results(
+    mem: CartMemory, obs: Observation, catalog: Catalog, match: Match = stated_match
+) -> CartMemory:
     res = obs.results
     is_hist = (res.tool == T.USER_GET_VISIT_HISTORY) & (res.error == 0)
     got_hist = is_hist.any()
@@ -82,15 +99,12 @@ def _read_results(mem: CartMemory, obs: Observation, catalog: Catalog) -> CartMe
     form = jnp.maximum(mem.desc_form, 1)
     keys = catalog.desc_key[safe(history)]  # [H, 3]
     card_key = jnp.take_along_axis(keys[None, :, :], (form - 1)[:, None, None], 2)[..., 0]
-    match = (card_key == mem.desc_key[:, None]) & (history[None, :] >= 0)
-    pid = jnp.where(match.any(-1), history[jnp.argmax(match, -1)], mem.pid)
+    match_card = (card_key == mem.desc_key[:, None]) & (history[None, :] >= 0)
+    pid = jnp.where(match_card.any(-1), history[jnp.argmax(match_card, -1)], mem.pid)
     # Pick each variant-required item's variant from a get_variants result.
     is_var = (res.tool == T.CATALOG_GET_VARIANTS) & (res.error == 0)
     for_item = is_var[:, None] & (res.ids[:, 0][:, None] == pid[None, :])  # [B, MI]
-    same = (res.var_attr[:, None, :] == mem.var_attr[None, :, None]) & (
-        jnp.abs(res.var_value[:, None, :] - mem.var_value[None, :, None]) < 1e-6
-    )  # [B, MI, V]
-    hit = for_item[:, :, None] & same
+    hit = for_item[:, :, None] & match(mem, res, pid, catalog)  # [B, MI, V]
     found = hit.any((0, 2))
     v_idx = jnp.argmax(hit.any(0), -1)
     return mem.replace(
@@ -111,13 +125,23 @@ def _calls(tools: jax.Array, products: jax.Array, variants=None, qty=None):
 
 
 def act(
-    mem: CartMemory, obs: Observation, catalog: Catalog, sub: jax.Array | int = 0
+    mem: CartMemory,
+    obs: Observation,
+    catalog: Catalog,
+    sub: jax.Array | int = 0,
+    *,
+    ask_variant: bool = True,
+    match: Match = stated_match,
 ) -> tuple[CartMemory, Action]:
+    """One turn of the plan. ``ask_variant=False`` with another ``match`` turns the plan
+    into a variant-guessing agent (``shortcut.py``): it never asks for the variant, lists
+    the variants of every item whose variant it was not told, and lets ``match`` pick."""
     del sub  # CART item acts are not per sub-goal rows
-    mem = _read_results(_listen(mem, obs), obs, catalog)
+    mem = _read_results(_listen(mem, obs), obs, catalog, match)
     budget = obs.tool_budget
     live = mem.item_valid & ~mem.dropped
-    need_var = live & (mem.var_attr >= 0) & (mem.var_index < 0)
+    told = mem.var_attr >= 0 if ask_variant else jnp.ones(MI, bool)
+    need_var = live & told & (mem.var_index < 0) & ~mem.var_asked & (mem.pid >= 0)
     stage = jnp.select([~mem.asked, ~mem.have_history, need_var.any()], [0, 1, 2], 3)
     action = empty_action(catalog.embed_dim)
     # Stage 0: ask for every CART slot, and fetch the history too when the budget allows.
@@ -125,7 +149,8 @@ def act(
     ask_tools = jnp.where(jnp.arange(2) < budget, ask_tools, T.NONE)
     # Stage 2: get_variants for each item that needs one (n_items <= B_tool at every d).
     var_tools = jnp.where(need_var, T.CATALOG_GET_VARIANTS, T.NONE)
-    var_tools = jnp.where(jnp.cumsum(need_var) <= budget, var_tools, T.NONE)
+    var_now = need_var & (jnp.cumsum(need_var) <= budget) & (stage == 2)
+    var_tools = jnp.where(var_now, var_tools, T.NONE)
     # Stage 3: add every kept item, then answer in the same turn.
     add_tools = jnp.where(live & (mem.pid >= 0), T.CART_ADD, T.NONE)
     plans = [
@@ -141,7 +166,8 @@ def act(
     order = jnp.argsort(tools == T.NONE, stable=True)
     tools, products, variants, qty = tools[order], products[order], variants[order], qty[order]
     slots = jnp.zeros((C.MAX_TOOL_CALLS, C.N_SLOTS), bool)
-    slots = slots.at[:, jnp.array([S.ITEMS, S.VARIANT, S.QUANTITY])].set(True)
+    asked = [S.ITEMS, S.VARIANT, S.QUANTITY] if ask_variant else [S.ITEMS, S.QUANTITY]
+    slots = slots.at[:, jnp.array(asked)].set(True)
     answer = action.answer.replace(
         present=stage == 3,
         done=jnp.bool_(True),
@@ -156,5 +182,7 @@ def act(
         slots=jnp.where((tools == T.ASK_USER)[:, None], slots, False),
         answer=answer,
     )
-    mem = mem.replace(asked=mem.asked | (stage == 0))
+    # A listing is read on the next turn; an item without variants lists none, so an item
+    # counts as listed once asked for.
+    mem = mem.replace(asked=mem.asked | (stage == 0), var_asked=mem.var_asked | var_now)
     return mem, action

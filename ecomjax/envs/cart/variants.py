@@ -1,5 +1,5 @@
 """Keyed variant synthesis for CART targets (SPEC §8.3): three variants over one attribute,
-exactly one of which satisfies the requirement."""
+exactly one of which satisfies the requirement, uniformly any of the three (v1.1)."""
 
 from __future__ import annotations
 
@@ -55,21 +55,30 @@ def own_values(catalog: Catalog, pid: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def synthesize(key: jax.Array, catalog: Catalog, pid: jax.Array):
-    """(attr, values [3], target index) for one target product."""
+    """(attr, values [3], target index) for one target product.
+
+    The three values are the product's own value (a keyed pool value when it lacks the
+    attribute) and two distractors. The target is one of the three by a keyed uniform draw
+    (SPEC §8.3, v1.1): the card shows the base product's value, so only the customer can
+    tell which variant is wanted.
+    """
     has, own = own_values(catalog, pid)
     light = jnp.array([a in _LIGHT for a in CANDIDATES])
     added = jnp.array([a in _ADDED for a in CANDIDATES])
     weight = jnp.where(has, jnp.where(light, 1.0, 3.0), jnp.where(added, 0.5, 0.0))
     k_attr, k_val, k_dist, k_shuf = jax.random.split(key, 4)
+    # A folded key of its own, so the attribute, values and order draws stay as in v1.
+    k_tgt = jax.random.fold_in(key, 4)
     ci = jax.random.categorical(k_attr, jnp.log(weight))
     pool = jnp.asarray(POOL)[ci]
     n_pool = jnp.asarray(POOL_LEN)[ci]
     drawn = pool[jax.random.randint(k_val, (), 0, n_pool)]
-    target = jnp.where(has[ci], own[ci], drawn)
+    base = jnp.where(has[ci], own[ci], drawn)
     slots = jnp.arange(C.VARIANT_POOL_MAX)
-    others = (slots < n_pool) & (jnp.abs(pool - target) > 1e-6)
+    others = (slots < n_pool) & (jnp.abs(pool - base) > 1e-6)
     prio = jnp.where(others, jax.random.uniform(k_dist, (C.VARIANT_POOL_MAX,)), -1.0)
     distractors = pool[jax.lax.top_k(prio, 2)[1]]
-    values = jnp.concatenate([target[None], distractors])
-    perm = jax.random.permutation(k_shuf, 3)
-    return jnp.asarray(CAND_ATTR)[ci], values[perm], jnp.argmax(perm == 0).astype(jnp.int32)
+    values = jnp.concatenate([base[None], distractors])
+    wanted = jax.random.randint(k_tgt, (), 0, 3)  # index into [own, distractor, distractor]
+    perm = jax.random.permutation(k_shuf, 3)  # shown position j holds values[perm[j]]
+    return jnp.asarray(CAND_ATTR)[ci], values[perm], jnp.argmax(perm == wanted).astype(jnp.int32)

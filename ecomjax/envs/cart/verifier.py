@@ -7,15 +7,22 @@ import jax.numpy as jnp
 
 from ecomjax.catalog.types import Catalog
 from ecomjax.types import AnswerFields, Dialogue, Problem, Score, World, make_score
+from ecomjax.world import hallucinated
 
 
-def item_units(problem: Problem, world: World) -> tuple[jax.Array, jax.Array]:
+def item_units(
+    problem: Problem, world: World, grounded_only: bool = False
+) -> tuple[jax.Array, jax.Array]:
     """Per target: (units under its required key, units of the same product under other keys).
 
     A variant-required target is keyed ``pid::vid`` (``pid::none`` without a variant); any
     other product is keyed by ``pid`` alone, whatever variant its line carries.
+    ``grounded_only`` (the verifier) lets a line added with a hallucinated id match nothing
+    (SPEC §7 v1.1); the customer, who sees only the cart, matches every line.
     """
     active = world.cart_no > 0
+    if grounded_only:
+        active &= ~hallucinated(world, world.cart_pid)
     same_pid = (world.cart_pid[None, :] == problem.item_pid[:, None]) & active[None, :]
     same_pid &= problem.item_pid[:, None] >= 0
     right_var = world.cart_var[None, :] == problem.item_var_target[:, None]
@@ -25,8 +32,8 @@ def item_units(problem: Problem, world: World) -> tuple[jax.Array, jax.Array]:
 
 
 def cart_totals(problem: Problem, world: World, req: jax.Array) -> tuple[jax.Array, ...]:
-    """(U_match, U_cart, U_req)."""
-    correct, _ = item_units(problem, world)
+    """(U_match, U_cart, U_req). Hallucinated lines count in U_cart only."""
+    correct, _ = item_units(problem, world, grounded_only=True)
     u_match = jnp.minimum(req, correct).sum()
     u_cart = jnp.where(world.cart_no > 0, world.cart_qty, 0).sum()
     return u_match, u_cart, req.sum()
