@@ -775,6 +775,9 @@ MAX_ANSWER_IDS = 50
 MAX_HISTORY = 16  # CART: 5 targets + max(3, 2*5) distractors
 MAX_RETURNS = 8
 MAX_USED_IDS = 128
+# Hallucinated answer ids become unknown ids at and below this (world.unknown_if_hallucinated),
+# clear of the host's codes for made-up strings (-2 down to -2 - 2**16).
+HALLUCINATED_BASE = -(1 << 20)
 MAX_EVENTS = 32
 MAX_PRESENTED = 8
 EMBED_DIM = 384

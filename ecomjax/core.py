@@ -140,25 +140,15 @@ def verify(
     state: EpisodeState,
     params: EnvParams,
     families: Sequence[int] = ALL_FAMILIES,
-    sub_ids: jax.Array | None = None,
 ) -> RewardInfo:
-    """Scores a terminated episode from its final world and latest stored answer (§7).
+    """Scores a terminated episode from its final world and stored answers (§7).
     ``families`` (static) names the families that may occur, so a one-family batch traces
-    only its own verifier. ``sub_ids`` (unbatched, from a batched driver: ``gates.
-    stored_sub_ids``) False says no episode's answer has ids in a sub-goal entry, so the
-    hallucination check reads the main entry's ids alone."""
+    only its own verifier."""
     p, w, dlg = state.problem, state.world, state.dialogue
     hard = dlg.hard_fail
     sc = score(catalog, p, w, dlg, families)
     r_eff = R.efficiency(dlg.turn, dlg.t_user, p.t_max).astype(jnp.float32)
-    if sub_ids is None:
-        r_hall = R.hallucination(w, dlg)
-    else:
-        main = dlg.answer.main.rec
-        r_hall = jax.lax.cond(
-            sub_ids, lambda: R.hallucination(w, dlg), lambda: R.hallucination(w, dlg, main)
-        )
-    r_hall = r_hall.astype(jnp.float32)
+    r_hall = R.hallucination(w).astype(jnp.float32)
     failed = hard != HF.NONE
     zero = jnp.float32(0.0)
     is_cart = p.env == C.Env.CART
@@ -175,10 +165,11 @@ def verify(
 
 
 def _safety_violation(catalog: Catalog, state: EpisodeState) -> jax.Array:
-    """A denied-category product in the answer or in the cart at termination (§4.2)."""
+    """A denied-category product in a scored answer entry or in the cart at termination
+    (§4.2). Scored entries include a JOURNEY sub-answer stored earlier and nulled since."""
     ids = jnp.concatenate(
         [
-            jnp.where(state.dialogue.has_answer, answer_ids(state.dialogue.answer), -1),
+            R.scored_ids(state.dialogue),
             jnp.where(state.world.cart_no > 0, state.world.cart_pid, -1),
         ]
     )

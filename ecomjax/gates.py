@@ -15,7 +15,7 @@ from flax import struct
 
 from ecomjax import constants as C
 from ecomjax.tools.execute import slot_tools
-from ecomjax.types import Action, Answer, Dialogue
+from ecomjax.types import Action, Answer
 
 
 @struct.dataclass
@@ -39,9 +39,3 @@ def turn_gates(actions: Action, live: jax.Array) -> TurnGates:
         main_ids=(answering & (ans.main.rec != -1).any(-1)).any(),
         sub_ids=(answering & _has_sub_ids(ans)).any(),
     )
-
-
-def stored_sub_ids(dialogues: Dialogue) -> jax.Array:
-    """bool: some episode's latest stored answer (batched ``dialogues``) has ids in a
-    sub-goal entry; the gate of ``core.verify``'s hallucination check."""
-    return (dialogues.has_answer & _has_sub_ids(dialogues.answer)).any()

@@ -21,19 +21,22 @@ def answer_ids(answer: Answer) -> jax.Array:
     return jnp.concatenate([answer.main.rec[None], sub]).reshape(-1)
 
 
-def hallucination(world: World, dialogue: Dialogue, ids: jax.Array | None = None) -> jax.Array:
-    """-|hallucinated| / max(|U|, 1) over ids used by tools or in the latest answer.
-    ``ids`` may narrow the answer's ids to a part that holds all of them (its main entry)."""
-    big = jnp.iinfo(jnp.int32).max
-    ids = answer_ids(dialogue.answer) if ids is None else ids
-    latest = jnp.sort(jnp.where(dialogue.has_answer & (ids != -1), ids, big))
-    at = jnp.clip(jnp.searchsorted(latest, world.used), 0, latest.shape[0] - 1)
-    in_answer = (latest[at] == world.used) & (world.used != -1)
+def scored_ids(dlg: Dialogue) -> jax.Array:
+    """int32 [(1 + MAX_SUBGOALS) * MAX_ANSWER_IDS]: the ids of the answer entries the
+    verifier scores: the latest answer's main entry and, per sub-goal, the latest non-null
+    entry ever stored (a JOURNEY entry stored and later nulled is still scored)."""
+    main = jnp.where(dlg.has_answer, dlg.answer.main.rec, -1)
+    sub = jnp.where((dlg.sub_answers.env != -1)[:, None], dlg.sub_answers.rec, -1)
+    return jnp.concatenate([main[None], sub]).reshape(-1)
+
+
+def hallucination(world: World) -> jax.Array:
+    """-|hallucinated| / max(|U|, 1). U is every id the agent used: in ``cart_add``,
+    ``return_exchange`` and every answer entry it ever stored (SPEC §7 v1.1: a JOURNEY
+    sub-answer later replaced or nulled still counts), which is exactly the used list."""
     live = jnp.arange(C.MAX_USED_IDS) < world.n_used
-    in_u = live & (world.used_by_tool | in_answer)
-    n_u = in_u.sum()
-    n_h = (in_u & world.used_hall).sum()
-    return -n_h / jnp.maximum(n_u, 1).astype(jnp.float32)
+    n_h = (live & world.used_hall).sum()
+    return -n_h / jnp.maximum(world.n_used, 1).astype(jnp.float32)
 
 
 def compose(

@@ -25,7 +25,7 @@ from ecomjax import constants as C
 from ecomjax.agents.base import Agent
 from ecomjax.catalog.types import Catalog
 from ecomjax.core import reset, step, turn_hard_fail, verify
-from ecomjax.gates import stored_sub_ids, turn_gates
+from ecomjax.gates import turn_gates
 from ecomjax.registry import family
 from ecomjax.tools.search import resolve_batch
 from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, TimeStep, zero_reward
@@ -192,8 +192,7 @@ def _runs(ids: np.ndarray) -> list[tuple[int, int, int]]:
 
 def _score(catalog, states: EpisodeState, params, families) -> EpisodeState:
     ended = states.dialogue.termination != C.Termination.RUNNING
-    sub_ids = stored_sub_ids(states.dialogue)
-    reward = jax.vmap(lambda s: verify(catalog, s, params, families, sub_ids))(states)
+    reward = jax.vmap(lambda s: verify(catalog, s, params, families))(states)
     zero = jax.vmap(lambda _: zero_reward())(ended)
     reward = jax.tree_util.tree_map(
         lambda a, b: jnp.where(ended.reshape(ended.shape + (1,) * (a.ndim - 1)), a, b),

@@ -1,6 +1,8 @@
 """Verification dispatch (SPEC §7, §8): each family's verifier scores its own (sub-)goal;
-JOURNEY averages its sub-goals. ``families`` is static, so a batch slice of one family
-traces only that family's verifier (DESIGN: verification is vmapped per slice)."""
+JOURNEY averages its sub-goals. Hallucinated answer ids reach the verifiers as unknown ids
+(SPEC §7 v1.1), so no family can give them task credit. ``families`` is static, so a batch
+slice of one family traces only that family's verifier (DESIGN: verification is vmapped
+per slice)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from ecomjax.envs.returns.verifier import verify as verify_return
 from ecomjax.envs.status.verifier import verify as verify_status
 from ecomjax.envs.sub.verifier import verify as verify_sub
 from ecomjax.types import AnswerFields, Dialogue, Problem, Score, World, make_score
+from ecomjax.world import unknown_if_hallucinated
 
 E = C.Env
 # (catalog, problem, world, dialogue, answer, has_answer) -> Score
@@ -33,6 +36,11 @@ VERIFIERS: dict[int, Verifier] = {
     E.BUNDLE: verify_bundle,
 }
 ALL_FAMILIES: tuple[int, ...] = tuple(E)
+
+
+def _grounded(world: World, fields: AnswerFields) -> AnswerFields:
+    """The answer entry with each hallucinated id replaced by an unknown id of its own."""
+    return fields.replace(rec=unknown_if_hallucinated(world, fields.rec))
 
 
 def _pick(fields: AnswerFields, i: jax.Array) -> AnswerFields:
@@ -53,18 +61,20 @@ def score(
     if journey:  # every family may appear as a sub-goal
         base = tuple(f for f in VERIFIERS)
     is_journey = problem.env == E.JOURNEY
-    main = dlg.answer.main
+    main = _grounded(world, dlg.answer.main)
     per_family: dict[int, Score] = {}
+    answered: dict[int, jax.Array] = {}
     for f in base:
         slot = jnp.argmax(problem.sub_env == f)
         in_journey = is_journey & (problem.sub_env == f).any()
-        sub_ans = _pick(dlg.sub_answers, slot)
+        sub_ans = _grounded(world, _pick(dlg.sub_answers, slot))
         ans = jax.tree_util.tree_map(lambda s, m: jnp.where(is_journey, s, m), sub_ans, main)
         has = jnp.where(
             is_journey,
             in_journey & dlg.introduced[slot] & (sub_ans.env == f),
             dlg.has_answer & (main.env == f),
         )
+        answered[f] = has
         per_family[f] = VERIFIERS[f](catalog, problem, world, dlg, ans, has)
     out = make_score(-1.0, False)
     for f, sc in per_family.items():
@@ -72,8 +82,11 @@ def score(
         out = jax.tree_util.tree_map(lambda a, b: jnp.where(mine, a, b), sc, out)
     if journey:
         envs = problem.sub_env
-        r = jnp.stack([per_family[f].r_task for f in VERIFIERS])  # [7]
-        ok = jnp.stack([per_family[f].is_correct for f in VERIFIERS])
+        # Every sub-goal needs its own stored sub-answer, CART too (SPEC §8.8 v1.1): the
+        # cart alone scores nothing without one.
+        has = jnp.stack([answered[f] for f in VERIFIERS])  # [7]
+        r = jnp.where(has, jnp.stack([per_family[f].r_task for f in VERIFIERS]), -1.0)
+        ok = has & jnp.stack([per_family[f].is_correct for f in VERIFIERS])
         fam_index = jnp.clip(envs, 0, len(VERIFIERS) - 1)
         live = envs >= 0
         # A sub-goal never introduced scores -1 (SPEC §8.8), whatever the world shows.

@@ -133,6 +133,27 @@ def record_use(world: World, pid: jax.Array, by_tool: jax.Array, enabled: jax.Ar
     )
 
 
+def hallucinated(world: World, pids: jax.Array) -> jax.Array:
+    """bool [...]: ids the agent used before they were delivered to it (SPEC §7), which
+    never earn task credit (v1.1). An id missing from the full used list (it overflowed
+    MAX_USED_IDS) counts as hallucinated unless it is Seen now: Seen only grows, so an id
+    unseen now was unseen at its first use, and a flood of ids cannot buy credit."""
+    live = jnp.arange(C.MAX_USED_IDS) < world.n_used
+    match = (world.used == pids[..., None]) & live & (pids[..., None] >= 0)
+    recorded = match.any(-1)
+    flagged = (match & world.used_hall).any(-1)
+    return (pids >= 0) & jnp.where(recorded, flagged, ~X.is_seen(world, pids))
+
+
+def unknown_if_hallucinated(world: World, pids: jax.Array) -> jax.Array:
+    """Maps each hallucinated id to an unknown id of its own (<= C.HALLUCINATED_BASE, never
+    a host code for a made-up string), so verifiers score it as any unknown id: no
+    relevance, unavailable, a distinct invalid BUNDLE token. Ids >= 2**30 are unknown to
+    any catalog already and stay as they are."""
+    scrub = hallucinated(world, pids) & (pids < (1 << 30))
+    return jnp.where(scrub, C.HALLUCINATED_BASE - pids, pids)
+
+
 def record_uses(world: World, pids: jax.Array, enabled: jax.Array) -> World:
     """Vectorised ``record_use`` for an answer's ids (not tool uses). All ids of one answer
     are judged against the same Seen, so they may be appended in sorted order."""

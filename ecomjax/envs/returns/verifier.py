@@ -11,6 +11,7 @@ from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import satisfaction
 from ecomjax.orders import eligibility
 from ecomjax.types import AnswerFields, Dialogue, Problem, Score, World, make_score
+from ecomjax.world import hallucinated
 
 REP = 2  # Problem.cons_* row of the RETURN replacement
 
@@ -52,7 +53,8 @@ def components(
         jnp.clip(problem.ret_line, 0, C.MAX_ORDER_LINES - 1),
     ]
     new = world.exch_pid[r]
-    swapped = on_target & (new >= 0) & (new != line_pid)
+    # An exchange to a product the agent never retrieved is no replacement (SPEC §7 v1.1).
+    swapped = on_target & (new >= 0) & (new != line_pid) & ~hallucinated(world, new)
     s = replacement_score(catalog, problem, new)
     r_rep_wanted = jnp.where(swapped, 2.0 * s - 1.0, -1.0)
     r_rep = jnp.where(
