@@ -95,6 +95,7 @@ SUITE_AGENTS = (
     "return_all",
     "status_most_common",
     "unseen_ids",
+    "cheapest_table",
     "policy_most_common",
 )
 SUITE_STATS: dict[str, int] = {}
