@@ -6,8 +6,25 @@ starting a backend."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def git_commit() -> str:
+    """The measured commit, with "-dirty" when tracked files differ from it, so every row
+    says which code it measured ("unknown" outside a git checkout)."""
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    head = git("rev-parse", "--short=12", "HEAD")
+    if not head:
+        return "unknown"
+    return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def append_rows(path: str | Path, rows: Iterable[dict]) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-from rows_io import append_rows
+from rows_io import append_rows, git_commit
 
 from ecomjax import constants as C
 from ecomjax.agents import AGENTS
@@ -44,6 +44,7 @@ def env_info() -> dict:
         "jax": jax.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
+        "commit": git_commit(),
     }
 
 
