@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from ecomjax import constants as C
-from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
 from ecomjax.compact import first_true
 from ecomjax.predicates import SCALE, TOL, disc_values, num_values_scaled
@@ -30,11 +29,13 @@ assert tuple(C.DISC_FILTERS) == tuple(A(i) for i in range(N_DISC))
 
 # Per Attr (numeric ones only; discrete rows are unused placeholders).
 _SCALE = np.ones(C.N_ATTRS, np.float32)
-_INV_PREC = np.ones(C.N_ATTRS, np.float32)  # 1 / precision: 100 for cents, 10 for tenths
+_INV_PREC = np.ones(C.N_ATTRS, np.int32)  # 1 / precision: 100 for cents, 10 for tenths
+_GRID = np.ones(C.N_ATTRS, np.int32)  # scaled units per precision step (rating: 10 hundredths)
 _DEFAULT_OP = np.zeros(C.N_ATTRS, np.int32)
 for _a, _s in SCALE.items():
     _SCALE[_a] = _s
     _INV_PREC[_a] = round(1.0 / C.NUMERIC_PRECISION[_a])
+    _GRID[_a] = round(_s / _INV_PREC[_a])
     _DEFAULT_OP[_a] = C.NUMERIC_OP[_a]
 IS_NUMERIC = np.arange(C.N_ATTRS) >= N_DISC
 
@@ -144,7 +145,94 @@ def to_filters(attr: jax.Array, op: jax.Array, val: jax.Array) -> tuple[jax.Arra
     return fd, fn
 
 
-def gen_constraints(
+# --- generated bounds in integer units (SPEC §12) ------------------------------------------
+#
+# A stated bound is an integer number of precision steps (cents, tenths, whole units) until
+# the last moment, and that integer becomes a float32 by integer-only rules. No float
+# product, division or transcendental sits on the path, so no compiler rewrite (x / c ->
+# x * (1/c), a fused multiply-add, an inlined exp) can move a stated value by an ulp
+# between a jitted and an eager program.
+
+SLACK_BITS = 16  # δ = j / 2^16 with j ~ U{0..⌊δ_max·2^16⌋}
+SLACK_ONE = 1 << SLACK_BITS
+_DELTA_MAX_Q = np.floor(0.5 * np.exp(-np.arange(C.D_MAX + 1) / 5.0) * SLACK_ONE).astype(np.int32)
+# r / inv correctly rounded to float32, rows inv = 1, 10, 100.
+_FRAC = np.zeros((3, 100), np.float32)
+_FRAC[1, :10] = np.arange(10) / 10.0
+_FRAC[2] = np.arange(100) / 100.0
+
+
+def slack_max(d: jax.Array, params: EnvParams) -> jax.Array:
+    """int32: ⌊δ_max(d)·2^16⌋ from a host table (an override is a static float), so δ is
+    the same in every program; jnp.exp inside a fusion is not."""
+    ov = params.overrides.delta_max if params.overrides is not None else None
+    if ov is not None:
+        return jnp.int32(min(int(np.floor(float(ov) * SLACK_ONE)), SLACK_ONE))
+    return jnp.asarray(_DELTA_MAX_Q)[jnp.clip(jnp.asarray(d, jnp.int32), 0, C.D_MAX)]
+
+
+def _ceil_slack(x: jax.Array, j: jax.Array) -> jax.Array:
+    """int32 ⌈x·j / 2^16⌉ exactly, for 0 <= x < 2^31 and 0 <= j <= 2^16 (uint32 halves)."""
+    x = jnp.maximum(x, 0).astype(jnp.uint32)
+    j = jnp.clip(j, 0, SLACK_ONE).astype(jnp.uint32)
+    hi, lo = x >> SLACK_BITS, x & (SLACK_ONE - 1)
+    return (hi * j + ((lo * j + (SLACK_ONE - 1)) >> SLACK_BITS)).astype(jnp.int32)
+
+
+def _scaled_ints(vals: jax.Array) -> jax.Array:
+    """int32 scaled units (cents, hundredths, tenths) of ``attr_values`` numbers: the
+    catalog stores them on that grid, so rounding is exact; NaN reads 0 (mask it)."""
+    return jnp.round(jnp.nan_to_num(vals, nan=0.0)).astype(jnp.int32)
+
+
+def ratio(n: jax.Array, inv: jax.Array) -> jax.Array:
+    """float32 n / inv for integer n and inv in {1, 10, 100}, the same bits in every program:
+    q + r/inv with q = n // inv and r/inv from an exact host table, so no compiler rewrite
+    (x / c into x · (1/c)) can move it by an ulp (SPEC §12)."""
+    n = jnp.asarray(n, jnp.int32)
+    inv = jnp.asarray(inv, jnp.int32)
+    row = (inv >= 10).astype(jnp.int32) + (inv >= 100).astype(jnp.int32)
+    return (n // inv).astype(jnp.float32) + jnp.asarray(_FRAC)[row, n % inv]
+
+
+def grid_value(n: jax.Array, inv: jax.Array, up: jax.Array) -> jax.Array:
+    """float32 n / inv for n >= 0 and inv in {1, 10, 100}, rounded up (``up``) or down to a
+    float32 with integer arithmetic only: n = q·inv + r gives q + r/inv (a table), then
+    the candidate c = m·2^-s is compared exactly (m·inv against n·2^s) and stepped one ulp
+    if it lies on the wrong side. An lte bound rounded up and a gte bound rounded down let
+    every product on the integer bound pass the float predicate in any program, so no
+    reference ever needs a nudge. Exact below 2^23 steps."""
+    n = jnp.maximum(n, 0).astype(jnp.int32)
+    inv = jnp.asarray(inv, jnp.int32)
+    c = ratio(n, inv)
+    bits = jax.lax.bitcast_convert_type(c, jnp.uint32)
+    s = 150 - ((bits >> 23) & 0xFF).astype(jnp.int32)  # c = m·2^-s
+    m = (bits & 0x7FFFFF) | 0x800000
+    exact = (n == 0) | (s < 0) | (s > 31)
+    s_u = jnp.clip(s, 0, 31).astype(jnp.uint32)
+    lhs = m * inv.astype(jnp.uint32)
+    rhs = n.astype(jnp.uint32) << s_u
+    below, above = ~exact & (lhs < rhs), ~exact & (lhs > rhs)
+    c = jnp.where(up & below, jnp.nextafter(c, jnp.float32(jnp.inf)), c)
+    return jnp.where(~up & above, jnp.nextafter(c, jnp.float32(-jnp.inf)), c)
+
+
+def constraint_values(attr: jax.Array, op: jax.Array, units: jax.Array) -> jax.Array:
+    """float32 [MC] constraint values from integer units: discrete codes as they are,
+    numeric precision steps in natural units rounded toward satisfaction (``grid_value``)."""
+    a = jnp.maximum(attr, 0)
+    num = grid_value(units, jnp.asarray(_INV_PREC)[a], op < 0)
+    val = jnp.where(jnp.asarray(IS_NUMERIC)[a], num, units.astype(jnp.float32))
+    return jnp.where(attr >= 0, val, 0.0).astype(jnp.float32)
+
+
+def _covering_steps(ints: jax.Array, op: jax.Array, grid: jax.Array) -> jax.Array:
+    """Precision steps of the tightest bound that an integer scaled value satisfies:
+    ⌈v / grid⌉ for lte, ⌊v / grid⌋ for gte."""
+    return jnp.where(op < 0, (ints + grid - 1) // grid, ints // grid)
+
+
+def gen_constraint_units(
     key: jax.Array,
     catalog: Catalog,
     refs: jax.Array,
@@ -154,16 +242,17 @@ def gen_constraints(
     params: EnvParams,
     force: jax.Array | int = -1,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """SPEC §8.0 ``gen_constraints(refs, n, d, exclude)``: (attr, op, val), each [MC].
+    """SPEC §8.0 ``gen_constraints(refs, n, d, exclude)`` in integer units: (attr, op,
+    units), each [MC]; units are discrete codes or numeric precision steps.
 
     refs int32 [2] (-1 = absent); n traced; exclude bool [N_ATTRS]. Candidates are the
     attributes every reference has (a numeric value <= 0 never qualifies; a discrete one
     qualifies only if all references share its value), minus ``exclude``. n of them are
     drawn without replacement, in draw order; ``force`` (an Attr, -1 none) is drawn first
     when it is a candidate (SUB's compatibility attribute). Numeric bounds take δ ~ U(0,
-    δ_max(d)) and round toward satisfaction at the §1.2 precision; a float32 check against
-    the filter predicate nudges a bound one step further if rounding ever left a reference
-    outside it, so every reference satisfies every constraint.
+    δ_max(d)) on a 2^-16 grid and round toward satisfaction at the §1.2 precision, in exact
+    integer arithmetic over the catalog's own units, so every reference satisfies every
+    constraint.
     """
     k_pick, k_delta, k_dir = jax.random.split(key, 3)
     refs = jnp.asarray(refs, jnp.int32)
@@ -181,25 +270,53 @@ def gen_constraints(
     take = (jnp.arange(MC) < jnp.minimum(n, cand.sum())) & cand[order]
     attr = jnp.where(take, order, -1)
 
-    # Numeric bounds, for every attribute, then gathered.
-    dmax = D.difficulty(d, params.overrides).delta_max
-    delta = jax.random.uniform(k_delta, (C.N_ATTRS,)) * dmax
+    # Numeric bounds, for every attribute, then gathered: v·(1 ± j/2^16), exactly.
+    j = jax.random.randint(k_delta, (C.N_ATTRS,), 0, slack_max(d, params) + 1)
     screen_dir = jnp.where(jax.random.bernoulli(k_dir), 1, -1)
     op_all = jnp.asarray(_DEFAULT_OP).at[A.SCREEN_SIZE_INCHES].set(screen_dir)
-    scale, inv_prec = jnp.asarray(_SCALE), jnp.asarray(_INV_PREC)
-    units = vals / scale * inv_prec  # [2, NA], value in precision steps
-    hi = jnp.where(live_ref[:, None], units, -jnp.inf).max(0) * (1 + delta)
-    lo = jnp.where(live_ref[:, None], units, jnp.inf).min(0) * (1 - delta)
-    steps = jnp.where(op_all < 0, jnp.ceil(hi - 1e-4), jnp.floor(lo + 1e-4))
-    bound = steps / inv_prec
-    ok = _holds(vals, jnp.arange(C.N_ATTRS), op_all, bound)  # [2, NA]
-    ok = (ok | ~live_ref[:, None]).all(0)
-    bound = jnp.where(ok, bound, (steps - op_all) / inv_prec)  # one step toward satisfaction
-    num_val = jnp.where(numeric, bound, v0)
+    ints = _scaled_ints(vals)  # [2, NA]
+    hi = jnp.where(live_ref[:, None], ints, 0).max(0)
+    lo = jnp.where(live_ref[:, None], ints, jnp.iinfo(jnp.int32).max).min(0)
+    x = jnp.where(op_all < 0, hi + _ceil_slack(hi, j), lo - _ceil_slack(lo, j))
+    steps = _covering_steps(x, op_all, jnp.asarray(_GRID))
+    units = jnp.where(numeric, steps, v0.astype(jnp.int32))
     a = jnp.maximum(attr, 0)
     op = jnp.where(take, jnp.where(numeric[a], op_all[a], 0), 0).astype(jnp.int32)
-    val = jnp.where(take, num_val[a], 0.0).astype(jnp.float32)
-    return attr, op, val
+    return attr, op, jnp.where(take, units[a], 0).astype(jnp.int32)
+
+
+def gen_constraints(
+    key: jax.Array,
+    catalog: Catalog,
+    refs: jax.Array,
+    n: jax.Array,
+    d: jax.Array,
+    exclude: jax.Array,
+    params: EnvParams,
+    force: jax.Array | int = -1,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``gen_constraint_units`` with float32 values (attr, op, val), each [MC]."""
+    attr, op, units = gen_constraint_units(key, catalog, refs, n, d, exclude, params, force)
+    return attr, op, constraint_values(attr, op, units)
+
+
+def widen(
+    catalog: Catalog, attr: jax.Array, op: jax.Array, units: jax.Array, members: jax.Array
+) -> jax.Array:
+    """units [MC] with every numeric bound widened just enough that each of ``members``
+    (int32 [M], -1 pads; each has every numeric attribute C names) satisfies it, with the
+    same rounding toward satisfaction (SPEC §8.1, §8.2 v1.1). Discrete codes and bounds
+    the members already meet stay as they are."""
+    a = jnp.maximum(attr, 0)
+    vals = attr_values(catalog, members)[:, a]  # [M, MC]
+    live = (members >= 0)[:, None] & ~jnp.isnan(vals) & (vals > 0)  # numeric rows only
+    need = _covering_steps(_scaled_ints(vals), op[None, :], jnp.asarray(_GRID)[a][None, :])
+    big = jnp.iinfo(jnp.int32).max
+    most = jnp.where(live, need, -1).max(0)
+    least = jnp.where(live, need, big).min(0)
+    wide = jnp.where(op < 0, jnp.maximum(units, most), jnp.minimum(units, least))
+    numeric = (attr >= 0) & jnp.asarray(IS_NUMERIC)[a] & (op != 0)
+    return jnp.where(numeric, wide, units).astype(jnp.int32)
 
 
 def attr_mask(*attrs: int) -> jax.Array:

@@ -88,6 +88,7 @@ def taken_products(problem: Problem) -> jax.Array:
             problem.sub_original[None],
             problem.sub_witness[None],
             problem.ret_witness[None],
+            problem.pool_witness.reshape(-1),
             problem.line_pid.reshape(-1),
             problem.protected,
         ]

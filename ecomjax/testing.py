@@ -37,6 +37,7 @@ HIDDEN_FIELDS = {
     "pd_target",
     "sub_original",
     "sub_witness",
+    "pool_witness",
     "ret_order",
     "ret_line",
     "ret_witness",

@@ -88,6 +88,8 @@ class Problem:
     pd_target: jax.Array  # int32
     sub_original: jax.Array  # int32
     sub_witness: jax.Array  # int32
+    # PD / SUB further witnesses W (SPEC §8.1, §8.2 v1.1), row 0 PD, row 1 SUB, -1 padded.
+    pool_witness: jax.Array  # int32 [2, MAX_K_REC - 1]
     # Order history (RETURN, STATUS, JOURNEY).
     n_orders: jax.Array  # int32
     order_status: jax.Array  # int32 [MAX_ORDERS]
@@ -159,6 +161,7 @@ def empty_problem() -> Problem:
         pd_target=I32(-1),
         sub_original=I32(-1),
         sub_witness=I32(-1),
+        pool_witness=_full((2, C.MAX_K_REC - 1), -1),
         n_orders=I32(0),
         order_status=_full(C.MAX_ORDERS, -1),
         order_date=_full(C.MAX_ORDERS, -1),

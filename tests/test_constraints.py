@@ -11,11 +11,15 @@ import numpy as np
 from ecomjax import constants as C
 from ecomjax.constraints import (
     attr_mask,
+    constraint_values,
     constraints_from_slots,
     feasible,
+    gen_constraint_units,
     gen_constraints,
+    grid_value,
     satisfaction,
     to_filters,
+    widen,
     write_constraint_slots,
 )
 from ecomjax.predicates import disc_values, filters_pass, num_values_scaled
@@ -106,3 +110,51 @@ def test_slot_round_trip():
         )
     )
     assert [g for g in got if g[0] >= 0] == [w for w in want if w[0] >= 0]
+
+
+def test_grid_value_rounds_toward_satisfaction_exactly():
+    """n / inv as the nearest float32 on the satisfying side (lte up, gte down), the same
+    bits jitted and eager (SPEC §12); float64 holds c·inv exactly, so the check is exact."""
+    for inv, top in ((100, 2_000_000), (10, 200_000), (1, 200_000)):
+        n = np.arange(0, top, 3, dtype=np.int32)
+        for up in (True, False):
+            args = (jnp.asarray(n), jnp.full(n.size, inv), jnp.full(n.size, up))
+            c = np.asarray(jax.jit(grid_value)(*args))
+            assert np.array_equal(c, np.asarray(grid_value(*args)))
+            prod = c.astype(np.float64) * inv
+            assert np.all(prod >= n) if up else np.all(prod <= n)
+            step = np.nextafter(c, np.float32(-np.inf if up else np.inf)).astype(np.float64)
+            tight = (step * inv < n) if up else (step * inv > n)
+            assert np.all(tight | (prod == n))  # the nearest such float
+
+
+def test_widen_covers_members_with_the_same_rounding(catalog, params):
+    """Widening moves each numeric bound just far enough (to the precision grid) that
+    every member satisfies it; discrete codes never move."""
+    rng = np.random.default_rng(7)
+    n = catalog.n_products
+    cat = np.asarray(catalog.category)
+    counts = np.asarray(catalog.rating_count)  # members need every constrained attribute > 0
+    numeric_only = ~attr_mask(C.Attr.PRICE, C.Attr.RATING, C.Attr.RATING_COUNT, C.Attr.SHIP_DAYS)
+    checked = 0
+    for i in range(40):
+        ref = int(rng.integers(0, n))
+        peers = np.flatnonzero((cat == cat[ref]) & (np.arange(n) != ref) & (counts > 0))
+        members = jnp.asarray(rng.choice(peers, 4, replace=False), jnp.int32)
+        refs = jnp.asarray([ref, -1], jnp.int32)
+        attr, op, units = gen_constraint_units(
+            jax.random.key(i), catalog, refs, 4, 20, numeric_only, params
+        )
+        wide = widen(catalog, attr, op, units, members)
+        val = constraint_values(attr, op, wide)
+        both = jnp.concatenate([refs[:1], members])
+        assert np.all(np.asarray(feasible(catalog, both, attr, op, val)))
+        live = np.asarray(attr) >= 0
+        moved = live & (np.asarray(wide) != np.asarray(units))
+        # A moved bound sits on a member: one step tighter leaves that member out.
+        for j in np.flatnonzero(moved):
+            tighter = wide.at[j].set(wide[j] + (1 if int(op[j]) > 0 else -1))
+            tv = constraint_values(attr, op, tighter)
+            assert not np.all(np.asarray(feasible(catalog, members, attr, op, tv)))
+            checked += 1
+    assert checked > 20

@@ -50,6 +50,7 @@ def _perturbations(n_products: int) -> dict[str, Callable[[Problem], Problem]]:
         "pd_target": lambda p: p.replace(pd_target=pid(p.pd_target)),
         "sub_original": lambda p: p.replace(sub_original=pid(p.sub_original)),
         "sub_witness": lambda p: p.replace(sub_witness=pid(p.sub_witness)),
+        "pool_witness": lambda p: p.replace(pool_witness=pid(p.pool_witness)),
         "ret_witness": lambda p: p.replace(ret_witness=pid(p.ret_witness)),
         "ret_order": lambda p: p.replace(ret_order=orders(p, p.ret_order)),
         "ret_line": lambda p: p.replace(ret_line=lines(p)),

@@ -17,12 +17,14 @@ from flax import struct
 from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
+from ecomjax.constraints import grid_value
 from ecomjax.sampling import append_protected, base_problem, omission, stream
 from ecomjax.types import EnvParams, Problem
 
 S = C.Slot
 MB = C.MAX_BUNDLE_SLOTS
 P_BUDGET = 0.6
+U_LO, U_HI = 52429, 98304  # U(0.8, 1.5) on a 2^-16 grid: ⌈0.8·2^16⌉ .. 1.5·2^16 (exclusive)
 
 PROJECTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
@@ -68,6 +70,7 @@ class CategoryPrices:
     count: jax.Array  # int32 [C]
     min_cents: jax.Array  # int32 [C]
     median_cents: jax.Array  # float32 [C]
+    median2_cents: jax.Array  # int32 [C], twice the median (exact)
     cheapest: jax.Array  # int32 [C], -1 if none
 
 
@@ -88,15 +91,25 @@ def category_prices(catalog: Catalog) -> CategoryPrices:
     last = cat.shape[0] - 1
     lo_mid = jnp.clip(start + (count - 1) // 2, 0, last)
     hi_mid = jnp.clip(start + count // 2, 0, last)
-    median = (p_sorted[lo_mid] + p_sorted[hi_mid]).astype(jnp.float32) / 2.0
+    median2 = p_sorted[lo_mid] + p_sorted[hi_mid]
     first = jnp.clip(start, 0, last)
     has = count > 0
     return CategoryPrices(
         count=count,
         min_cents=jnp.where(has, p_sorted[first], 0),
-        median_cents=jnp.where(has, median, 0.0),
+        median_cents=jnp.where(has, median2.astype(jnp.float32) * 0.5, 0.0),
+        median2_cents=jnp.where(has, median2, 0).astype(jnp.int32),
         cheapest=jnp.where(has, order[first], -1).astype(jnp.int32),
     )
+
+
+def _mul_shift16(u: jax.Array, x: jax.Array) -> jax.Array:
+    """int32 ⌊u·x / 2^16⌋ exactly for 0 <= u < 2^17 and 0 <= x < 2^25 (uint32 pieces)."""
+    u = u.astype(jnp.uint32)
+    x = jnp.maximum(x, 0).astype(jnp.uint32)
+    u_hi, u_lo = u >> 16, u & 0xFFFF
+    x_hi, x_lo = x >> 16, x & 0xFFFF
+    return (u * x_hi + u_hi * x_lo + ((u_lo * x_lo) >> 16)).astype(jnp.int32)
 
 
 def fill(
@@ -117,10 +130,14 @@ def fill(
     cats = jnp.where(jnp.arange(MB) < n, shuffled, -1).astype(jnp.int32)
     live = cats >= 0
     c = jnp.maximum(cats, 0)
-    sum_min = jnp.where(live, prices.min_cents[c], 0).sum().astype(jnp.float32)
-    sum_med = jnp.where(live, prices.median_cents[c], 0.0).sum()
-    u = jax.random.uniform(k_b, (), minval=0.8, maxval=1.5)
-    budget = jnp.floor(jnp.maximum(1.10 * sum_min, u * sum_med) + 0.5).astype(jnp.int32)
+    # B = round(max(1.10·Σ min_s, U(0.8, 1.5)·Σ median_s)) in integer cents (SPEC §12):
+    # round(1.1·x) = ⌊(11x + 5) / 10⌋, and u = U / 2^16 on a grid, multiplied out exactly.
+    sum_min = jnp.where(live, prices.min_cents[c], 0).sum().astype(jnp.int32)
+    sum_med2 = jnp.where(live, prices.median2_cents[c], 0).sum().astype(jnp.int32)
+    u16 = jax.random.randint(k_b, (), U_LO, U_HI)
+    by_min = (11 * sum_min + 5) // 10
+    by_median = (_mul_shift16(u16, sum_med2) + 1) // 2  # round(u·Σ median) = ⌊(⌊2uΣ⌋ + 1) / 2⌋
+    budget = jnp.maximum(by_min, by_median).astype(jnp.int32)
     has_budget = (diff.d >= 2) & (jax.random.uniform(k_u) < P_BUDGET)
     budget = jnp.where(has_budget, budget, -1)
 
@@ -129,7 +146,8 @@ def fill(
     pending = problem.pending.at[sub, 0, S.ITEMS].set(False)
     pending = pending.at[sub, 0, S.BUDGET].set(has_budget & omit)
     value = problem.slot_value.at[sub, S.ITEMS].set(project.astype(jnp.float32))
-    value = value.at[sub, S.BUDGET].set(jnp.where(has_budget, budget / 100.0, 0.0))
+    stated = grid_value(jnp.maximum(budget, 0), jnp.int32(100), jnp.bool_(True))
+    value = value.at[sub, S.BUDGET].set(jnp.where(has_budget, stated, 0.0))
     op = problem.slot_op.at[sub, S.ITEMS].set(0).at[sub, S.BUDGET].set(-1)
     # Shocks never touch the cheapest in-stock product of a slot (SPEC §6, JOURNEY): fill
     # the free protected entries in slot order (8 entries; a 12-slot bundle protects 8).

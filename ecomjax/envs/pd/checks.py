@@ -40,6 +40,10 @@ def _pool_np(catalog: Catalog, problem, world, row: int, extra_ok=None):
         np.asarray(world.cart_pid)[plain], np.asarray(world.cart_qty)[plain], strict=True
     ):
         reserved[p] += q
+    # An active exchange holds one unit of its new product SKU (SPEC §5.2).
+    exch = np.asarray(world.ret_active) & (np.asarray(world.exch_var) == -1)
+    for p in np.asarray(world.exch_pid)[exch & (np.asarray(world.exch_pid) >= 0)]:
+        reserved[p] += 1
     avail = (np.asarray(catalog.stock).astype(np.int64) - reserved > 0) & ~oos_bitmap(world, n)
     pool = feas & avail
     if extra_ok is not None:
@@ -84,7 +88,7 @@ def pd_reference(catalog: Catalog, problem, world, rec: np.ndarray) -> tuple[flo
         np.asarray(catalog.rating_x100, np.float64),
         -np.asarray(catalog.ship_days, np.float64),
     ][prio]
-    lo, hi = key[pool].min(), key[pool].max()
+    lo, hi = (key[pool].min(), key[pool].max()) if pool.any() else (0.0, 0.0)
     phi = (key - lo) / (hi - lo) if hi > lo else np.ones(n)
     rel = np.where(pool, (1 + phi) / 2, 0.0)
     k = int(problem.k_rec)

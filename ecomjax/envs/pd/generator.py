@@ -1,5 +1,6 @@
 """PD problem generator (SPEC §8.1): an in-stock target, constraints it satisfies with
-slack, k = k_rec(d), and the aligned persona's stated priority (§8.0)."""
+slack, widened to cover up to k_rec(d) − 1 further witnesses (v1.1), k = k_rec(d), and
+the aligned persona's stated priority (§8.0)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ import jax.numpy as jnp
 from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
-from ecomjax.constraints import ATTR_SLOT, attr_mask, gen_constraints, write_constraint_slots
+from ecomjax.constraints import (
+    ATTR_SLOT,
+    attr_mask,
+    constraint_values,
+    gen_constraint_units,
+    widen,
+    write_constraint_slots,
+)
+from ecomjax.envs.pd.witnesses import draw_witnesses
 from ecomjax.sampling import (
     base_problem,
     first_valid,
@@ -58,21 +67,26 @@ def fill(
     sub: jax.Array | int,
 ) -> Problem:
     diff = D.difficulty(d, params.overrides)
-    k_t, k_price, k_rest = jax.random.split(stream(key, "PROBLEM", C.Env.PD, sub), 3)
+    k_t, k_price, k_rest, k_w = jax.random.split(stream(key, "PROBLEM", C.Env.PD, sub), 4)
     taken = taken_products(problem)
     target = first_valid(k_t, 0, catalog.n_products, lambda p: usable(catalog, p, taken))
     t = jnp.maximum(target, 0)
     refs = jnp.stack([target, jnp.int32(-1)])
     # C = [cat eq (critical), price lte with slack] + gen_constraints(target, m-2, {cat, price}).
     only_price = ~attr_mask(A.PRICE)
-    p_attr, p_op, p_val = gen_constraints(k_price, catalog, refs, 1, d, only_price, params)
-    r_attr, r_op, r_val = gen_constraints(
+    p_attr, p_op, p_units = gen_constraint_units(k_price, catalog, refs, 1, d, only_price, params)
+    r_attr, r_op, r_units = gen_constraint_units(
         k_rest, catalog, refs, diff.m - 2, d, attr_mask(A.CAT, A.PRICE), params
     )
     cat = catalog.category[t].astype(jnp.int32)
     attr = jnp.concatenate([jnp.array([A.CAT], jnp.int32), p_attr[:1], r_attr[: MC - 2]])
     op = jnp.concatenate([jnp.zeros(1, jnp.int32), p_op[:1], r_op[: MC - 2]])
-    val = jnp.concatenate([cat[None].astype(jnp.float32), p_val[:1], r_val[: MC - 2]])
+    units = jnp.concatenate([cat[None], p_units[:1], r_units[: MC - 2]])
+    # Witnesses (v1.1): the bounds widen to cover R = {target} ∪ W.
+    avoid = jnp.concatenate([taken, target[None]])
+    wit = draw_witnesses(k_w, catalog, cat, attr, op, units, avoid, diff.k_rec - 1)
+    units = widen(catalog, attr, op, units, jnp.concatenate([target[None], wit]))
+    val = constraint_values(attr, op, units)
     priority = persona_priority(stream(key, "PERSONA"), attr)
 
     # Slots: category and num_results critical; priority and other constraints omittable.
@@ -96,6 +110,7 @@ def fill(
         k_rec=diff.k_rec,
         priority=priority,
         pd_target=target,
+        pool_witness=problem.pool_witness.at[0].set(jnp.where(target >= 0, wit, -1)),
     )
     return protect(problem, target)
 

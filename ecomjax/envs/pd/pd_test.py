@@ -78,12 +78,18 @@ def test_target_in_f_end_and_constraints_well_formed(catalog, problems):
         assert len(set(live.tolist())) == live.size
     assert np.all(np.asarray(p.k_rec) == np.asarray(Dm.k_rec(d)))
     assert set(np.unique(np.asarray(p.priority))) <= {0, 1, 2}
-    # Numeric bounds: natural direction, slack at most δ_max, on the precision grid.
-    price = np.asarray(catalog.price_cents)[t] / 100
+    # Numeric bounds: natural direction, slack at most δ_max over the target or else just
+    # wide enough for the priciest witness (v1.1), on the precision grid.
+    cents = np.asarray(catalog.price_cents)
+    price = cents[t] / 100
     dmax = np.asarray(Dm.delta_max(d))
+    wit = np.asarray(p.pool_witness[:, 0])
+    top = np.where(wit >= 0, cents[np.maximum(wit, 0)], 0).max(1) / 100
     bound = val[:, 1]
-    assert np.all(bound >= price - 1e-4)
-    assert np.all(bound <= np.ceil(np.round(price * (1 + dmax) * 100, 4)) / 100 + 0.011)
+    assert np.all(bound >= np.maximum(price, top) - 1e-4)
+    slack = np.ceil(np.round(price * (1 + dmax) * 100, 4)) / 100
+    assert np.all(bound <= np.maximum(slack, top) + 1e-4)
+    assert np.any(bound > slack + 1e-4)  # some witness needs a wider bound
     cents = np.round(bound * 100)
     np.testing.assert_allclose(cents / 100, bound, atol=1e-4)
     rating = np.where(attr == A.RATING)

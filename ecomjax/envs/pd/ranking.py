@@ -7,11 +7,12 @@ import jax
 import jax.numpy as jnp
 
 from ecomjax import constants as C
-from ecomjax import exposure as X
 from ecomjax.catalog.types import Catalog
 from ecomjax.compact import compact
+from ecomjax.constraints import feasible
 from ecomjax.kernels.pool import PoolStats, dcg_weights
-from ecomjax.types import World
+from ecomjax.types import Problem, World
+from ecomjax.world import product_stock_qty, safe
 
 K = C.MAX_K_REC
 POOL_CHUNK = 4096  # rows per step of the pool kernel (a 1000-product catalog is one step)
@@ -21,16 +22,14 @@ def known(catalog: Catalog, pids: jax.Array) -> jax.Array:
     return (pids >= 0) & (pids < catalog.n_products)
 
 
-def available(catalog: Catalog, world: World, pids: jax.Array) -> jax.Array:
-    """bool [...]: product-SKU stock_qty > 0 in the episode's overlay at termination
-    (base stock minus plain cart reservations, 0 once forced out), as
-    the shocks' exposure rule (``shocks.reserved_out``) but read at any ``pids``."""
-    p = jnp.clip(pids, 0, catalog.n_products - 1)
-    plain = (world.cart_no > 0) & (world.cart_var == -1)
-    hit = plain & (world.cart_pid == p[..., None])
-    reserved = jnp.where(hit, world.cart_qty, 0).sum(-1)
-    free = catalog.stock[p].astype(jnp.int32) - reserved
-    return known(catalog, pids) & (free > 0) & ~X.is_oos(world, pids)
+def available(catalog: Catalog, problem: Problem, world: World, pids: jax.Array) -> jax.Array:
+    """bool [...]: the product SKU's stock_qty > 0 at termination, by the tools' own rule
+    (``world.stock_qty``: base stock minus plain cart lines and active exchanges, 0 once
+    forced out), so a unit the tools show as reserved is unavailable here too."""
+    shape = jnp.shape(pids)
+    flat = jnp.reshape(pids, (-1,))
+    qty = product_stock_qty(catalog, problem, world, safe(flat)).reshape(shape)
+    return known(catalog, pids) & (qty > 0)
 
 
 def answer_list(rec: jax.Array, k: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -57,8 +56,19 @@ def ndcg(dcg: jax.Array, ideal: jax.Array) -> jax.Array:
     return jnp.where(ideal > 0, jnp.minimum(1.0, dcg / jnp.where(ideal > 0, ideal, 1.0)), 0.0)
 
 
-def r_avail(catalog: Catalog, world: World, ids: jax.Array, live: jax.Array) -> jax.Array:
+def r_avail(
+    catalog: Catalog, problem: Problem, world: World, ids: jax.Array, live: jax.Array
+) -> jax.Array:
     """1 - 2·(unknown or unavailable in L[:k]) / |L[:k]|; -1 for an empty list."""
     n = live.sum()
-    bad = (live & ~available(catalog, world, ids)).sum()
+    bad = (live & ~available(catalog, problem, world, ids)).sum()
     return jnp.where(n > 0, 1.0 - 2.0 * bad / jnp.maximum(n, 1), -1.0).astype(jnp.float32)
+
+
+def pool_members(catalog: Catalog, problem: Problem, world: World, row: int) -> jax.Array:
+    """bool [N]: the exact pool of constraint row ``row`` (0 PD, 1 SUB) in ``world``:
+    feasible and available, and not the SUB original (F_init at reset, F_end at the end)."""
+    ids = jnp.arange(catalog.n_products, dtype=jnp.int32)
+    cons = (problem.cons_attr[row], problem.cons_op[row], problem.cons_val[row])
+    ok = feasible(catalog, ids, *cons) & available(catalog, problem, world, ids)
+    return ok & ((ids != problem.sub_original) if row == 1 else True)

@@ -49,7 +49,7 @@ def pd_score(catalog: Catalog, problem: Problem, world: World, rec: jax.Array):
     k = problem.k_rec
 
     def member(_, idx):
-        ok = feasible(catalog, idx, attr, op, val) & available(catalog, world, idx)
+        ok = feasible(catalog, idx, attr, op, val) & available(catalog, problem, world, idx)
         return ok, priority_key(catalog, idx, problem.priority)
 
     stats = pool_stats(member, None, catalog.n_products, K, POOL_CHUNK)
@@ -61,14 +61,14 @@ def pd_score(catalog: Catalog, problem: Problem, world: World, rec: jax.Array):
 
     ids, live, first = answer_list(rec, k)
     in_pool = live & first & known(catalog, ids)
-    in_pool &= feasible(catalog, ids, attr, op, val) & available(catalog, world, ids)
+    in_pool &= feasible(catalog, ids, attr, op, val) & available(catalog, problem, world, ids)
     rel = jnp.where(in_pool, rel_of_key(priority_key(catalog, ids, problem.priority)), 0.0)
     dcg = (rel * dcg_weights(K)).sum()
     r_rank = 2.0 * ndcg(dcg, idcg(stats, rel_of_key, k)) - 1.0
     s = jnp.where(live, satisfaction(catalog, ids, attr, op, val), 0.0)
     alpha = D.alpha(problem.d).astype(jnp.float32)
     r_cons = 2.0 * s.max() ** alpha - 1.0
-    r_av = r_avail(catalog, world, ids, live)
+    r_av = r_avail(catalog, problem, world, ids, live)
     r_task = jnp.clip(0.55 * r_rank + 0.35 * r_cons + 0.10 * r_av, -1.0, 1.0)
     return r_task, r_rank, r_cons, r_av
 

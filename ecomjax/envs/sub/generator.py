@@ -1,7 +1,7 @@
 """SUB problem generator (SPEC §8.2): an original p0 that is out of stock in every tool
 (core.reset forces ``World.oos[sub_original]``), an in-stock witness p1 of the same
 category that preferably shares p0's compatibility attribute, and constraints both
-satisfy."""
+satisfy, widened to cover up to k_rec(d) − 1 further witnesses (v1.1)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,12 @@ from ecomjax.constraints import (
     attr_mask,
     attr_present,
     attr_values,
-    gen_constraints,
+    constraint_values,
+    gen_constraint_units,
+    widen,
     write_constraint_slots,
 )
+from ecomjax.envs.pd.witnesses import draw_witnesses
 from ecomjax.sampling import (
     base_problem,
     first_valid,
@@ -57,7 +60,7 @@ def fill(
     sub: jax.Array | int,
 ) -> Problem:
     diff = D.difficulty(d, params.overrides)
-    k_o, k_w, k_w2, k_c = jax.random.split(stream(key, "PROBLEM", C.Env.SUB, sub), 4)
+    k_o, k_w, k_w2, k_c, k_x = jax.random.split(stream(key, "PROBLEM", C.Env.SUB, sub), 5)
     taken = taken_products(problem)
     counts = in_stock_per_category(catalog)
 
@@ -84,12 +87,18 @@ def fill(
     pos = jnp.where(pos >= 0, pos, first_valid(k_w2, lo, hi, lambda q: witness_ok(q, False), 128))
     p1 = jnp.where(pos >= 0, catalog.cat_order[jnp.maximum(pos, 0)], -1)
     refs = jnp.stack([p0, p1])
-    r_attr, r_op, r_val = gen_constraints(
+    r_attr, r_op, r_units = gen_constraint_units(
         k_c, catalog, refs, diff.m - 1, d, attr_mask(A.CAT), params, force=compat
     )
     attr = jnp.concatenate([jnp.array([A.CAT], jnp.int32), r_attr[: MC - 1]])
     op = jnp.concatenate([jnp.zeros(1, jnp.int32), r_op[: MC - 1]])
-    val = jnp.concatenate([cat[None].astype(jnp.float32), r_val[: MC - 1]])
+    units = jnp.concatenate([cat[None], r_units[: MC - 1]])
+    # Further witnesses (v1.1): the bounds widen to cover {p1} ∪ W; p0 stays excluded.
+    avoid = jnp.concatenate([taken, refs])
+    wit = draw_witnesses(k_x, catalog, cat, attr, op, units, avoid, diff.k_rec - 1)
+    wit = jnp.where(p1 >= 0, wit, -1)
+    units = widen(catalog, attr, op, units, jnp.concatenate([p1[None], wit]))
+    val = constraint_values(attr, op, units)
 
     slots = jnp.asarray(ATTR_SLOT)[jnp.maximum(attr, 0)]
     omit = jax.vmap(lambda s: omission(key, sub, 0, s, diff.p_missing))(slots)
@@ -110,6 +119,7 @@ def fill(
         k_rec=diff.k_rec,
         sub_original=p0,
         sub_witness=p1,
+        pool_witness=problem.pool_witness.at[1].set(wit),
     )
     return protect(problem, p1)
 

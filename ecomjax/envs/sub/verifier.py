@@ -40,7 +40,7 @@ def sub_score(catalog: Catalog, problem: Problem, world: World, rec: jax.Array):
     lam = D.lambda_sim(problem.d)
 
     def in_pool(ids):
-        ok = feasible(catalog, ids, attr, op, val) & available(catalog, world, ids)
+        ok = feasible(catalog, ids, attr, op, val) & available(catalog, problem, world, ids)
         return ok & (ids != p0) & known(catalog, ids)
 
     def member(_, idx):
@@ -54,7 +54,7 @@ def sub_score(catalog: Catalog, problem: Problem, world: World, rec: jax.Array):
     rel = jnp.where(live & first & in_pool(ids), rel_of_key(cosine(catalog, p0, ids)), 0.0)
     dcg = (rel * dcg_weights(K)).sum()
     r_rank = 2.0 * ndcg(dcg, idcg(stats, rel_of_key, k)) - 1.0
-    r_av = r_avail(catalog, world, ids, live)
+    r_av = r_avail(catalog, problem, world, ids, live)
     r_task = jnp.clip(0.8 * r_rank + 0.2 * r_av, -1.0, 1.0)
     return r_task, r_rank, r_av
 
