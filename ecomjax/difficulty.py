@@ -11,10 +11,13 @@ jitted and eager runs bitwise equal.
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from ecomjax.constants import (
@@ -45,6 +48,32 @@ def _sigmoid(x: jax.Array) -> jax.Array:
     return jax.nn.sigmoid(x).astype(F32)
 
 
+_FORMULAS: dict[str, Callable[[jax.Array], jax.Array]] = {}
+
+
+@functools.cache
+def _table(name: str) -> np.ndarray:
+    """float32 [D_MAX + 1]: the knob's formula evaluated once per d, op by op, outside any
+    trace. XLA rewrites some formulas under jit (x / c into x · (1/c), sigmoid and exp
+    fused differently), and even eagerly a vector and a scalar can round apart, which
+    moved p_noise, δ_max, λ_sim, p_oos and the shock hazard by an ulp between programs
+    (SPEC §12). Every float knob reads this table instead, so all programs agree."""
+    with jax.ensure_compile_time_eval():
+        fn = _FORMULAS[name]
+        return np.asarray([np.asarray(fn(I32(d))) for d in range(D_MAX + 1)], np.float32)
+
+
+def _tabled(fn: Callable[[jax.Array], jax.Array]) -> Callable[[jax.typing.ArrayLike], jax.Array]:
+    """A float knob of d in [0, D_MAX] (``difficulty`` clips d) read from its table."""
+    _FORMULAS[fn.__name__] = fn
+
+    @functools.wraps(fn)
+    def knob(d: jax.typing.ArrayLike) -> jax.Array:
+        return jnp.asarray(_table(fn.__name__))[jnp.clip(_d(d), 0, D_MAX)]
+
+    return knob
+
+
 # --- the 12 axes -------------------------------------------------------------------------
 
 
@@ -63,16 +92,19 @@ def t_max(d: jax.typing.ArrayLike) -> jax.Array:
     return 4 + _d(d) // 2
 
 
+@_tabled
 def p_missing(d: jax.typing.ArrayLike) -> jax.Array:
     """Per-slot omission: 0.8·σ((d−3)/1.5)."""
     return F32(0.8) * _sigmoid((_f(d) - 3.0) / 1.5)
 
 
+@_tabled
 def p_noise(d: jax.typing.ArrayLike) -> jax.Array:
     """Typo rate: clip(0.01·d, 0, 0.125)."""
     return jnp.clip(_f(d) / 100.0, 0.0, 0.125).astype(F32)
 
 
+@_tabled
 def p_switch(d: jax.typing.ArrayLike) -> jax.Array:
     """JOURNEY context switch: 0.6·σ((d−5)/2)."""
     return F32(0.6) * _sigmoid((_f(d) - 5.0) / 2.0)
@@ -83,11 +115,13 @@ def top_k(d: jax.typing.ArrayLike) -> jax.Array:
     return jnp.maximum(20, 200 - 10 * _d(d))
 
 
+@_tabled
 def eps_rank(d: jax.typing.ArrayLike) -> jax.Array:
     """Distractor share in search results: min(0.4, 0.02·d)."""
     return jnp.minimum(F32(0.4), _f(d) / 50.0)
 
 
+@_tabled
 def p_oos(d: jax.typing.ArrayLike) -> jax.Array:
     """End-of-episode stock-shock probability: min(0.5, 0.05·d)."""
     return jnp.minimum(F32(0.5), _f(d) / 20.0)
@@ -111,6 +145,7 @@ def b_tool(d: jax.typing.ArrayLike) -> jax.Array:
 # --- per-env knobs -----------------------------------------------------------------------
 
 
+@_tabled
 def delta_max(d: jax.typing.ArrayLike) -> jax.Array:
     """Numeric constraint slack bound, δ ~ U(0, δ_max): 0.5·e^(−d/5)."""
     return F32(0.5) * jnp.exp(-_f(d) / 5.0)
@@ -121,6 +156,7 @@ def alpha(d: jax.typing.ArrayLike) -> jax.Array:
     return 4 + _d(d) // 4
 
 
+@_tabled
 def lambda_sim(d: jax.typing.ArrayLike) -> jax.Array:
     """SUB similarity weight: clip(0.4 + 0.05·d, 0.4, 0.8)."""
     return jnp.clip((8.0 + _f(d)) / 20.0, 0.4, 0.8).astype(F32)
@@ -131,21 +167,25 @@ def n_items(d: jax.typing.ArrayLike) -> jax.Array:
     return jnp.minimum(5, 1 + _d(d) // 3)
 
 
+@_tabled
 def p_var(d: jax.typing.ArrayLike) -> jax.Array:
     """CART variant requirement: σ((d−2)/1.5)."""
     return _sigmoid((_f(d) - 2.0) / 1.5)
 
 
+@_tabled
 def p_qty(d: jax.typing.ArrayLike) -> jax.Array:
     """CART multi-quantity (qty ~ U{2,3,4}): min(0.5, 0.1·d)."""
     return jnp.minimum(F32(0.5), _f(d) / 10.0)
 
 
+@_tabled
 def p_edge(d: jax.typing.ArrayLike) -> jax.Array:
     """RETURN window-edge purchase date: 0.7·σ((d−4)/1.5)."""
     return F32(0.7) * _sigmoid((_f(d) - 4.0) / 1.5)
 
 
+@_tabled
 def p_ref(d: jax.typing.ArrayLike) -> jax.Array:
     """STATUS indirect order reference: σ((d−2)/1.5)."""
     return _sigmoid((_f(d) - 2.0) / 1.5)
@@ -178,6 +218,7 @@ def shock_hazard_from(p: jax.typing.ArrayLike, turns: jax.typing.ArrayLike) -> j
     return (-jnp.expm1(jnp.log1p(-p) / n)).astype(F32)
 
 
+@_tabled
 def shock_hazard(d: jax.typing.ArrayLike) -> jax.Array:
     """q(d) = 1 − (1 − p_oos)^(1/max(1, T_max−1))."""
     return shock_hazard_from(p_oos(d), t_max(d))
@@ -351,11 +392,12 @@ def difficulty(d: jax.typing.ArrayLike, overrides: AxisOverrides | None = None) 
         name: (_const(dc, ov[name], name) if name in ov else fn(dc))
         for name, fn in _AXIS_FNS.items()
     }
-    vals["shock_hazard"] = (
-        _const(dc, ov["shock_hazard"], "shock_hazard")
-        if "shock_hazard" in ov
-        else shock_hazard_from(vals["p_oos"], vals["t_max"])
-    )
+    if "shock_hazard" in ov:
+        vals["shock_hazard"] = _const(dc, ov["shock_hazard"], "shock_hazard")
+    elif "p_oos" in ov or "t_max" in ov:  # follows the overridden inputs
+        vals["shock_hazard"] = shock_hazard_from(vals["p_oos"], vals["t_max"])
+    else:
+        vals["shock_hazard"] = shock_hazard(dc)
     vals["t_max_journey"] = (
         _const(dc, ov["t_max_journey"], "t_max_journey")
         if "t_max_journey" in ov

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from ecomjax import policy_rules as P
+from ecomjax.constraints import ratio
 
 T = P.TABLES
 NF = P.N_FIELDS
@@ -77,7 +78,7 @@ def place(u: jax.Array, allowed: jax.Array, lo: jax.Array, hi: jax.Array) -> jax
     code = jnp.argmax(jnp.cumsum(allowed, -1) > k[:, None], -1).astype(jnp.float32)
     span = (jnp.maximum(hi, lo) - lo + 1).astype(jnp.float32)
     units = lo + jnp.minimum(jnp.floor(u[1] * span), span - 1).astype(jnp.int32)
-    num = units.astype(jnp.float32) / jnp.asarray(T.field_inv)
+    num = ratio(units, jnp.asarray(T.field_inv).astype(jnp.int32))  # same bits under jit
     return jnp.where(jnp.asarray(T.field_categorical), code, num)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from ecomjax import constants as C
+from ecomjax import exposure as X
 from ecomjax import orders as O
 from ecomjax.actions import Call, make_action
 from ecomjax.agents.oracle import make_oracle
@@ -21,7 +22,7 @@ from ecomjax.envs.returns.verifier import verify
 from ecomjax.registry import family
 from ecomjax.testing import api_test, generate_batch, reset_batch
 from ecomjax.types import EnvParams, empty_answer_fields
-from ecomjax.world import init_world
+from ecomjax.world import init_world, record_use
 
 T = C.Tool
 S = C.Slot
@@ -425,9 +426,16 @@ def test_returns_exchanges_and_business_errors(catalog, replace_problem):
 # --- the verifier (SPEC §8.4), by hand --------------------------------------------------------
 
 
-def _world(catalog, returns):
-    """A world holding the given returns: (order, line, reason, method, exch_pid, active)."""
+def _world(catalog, returns, seen=True):
+    """A world holding the given returns: (order, line, reason, method, exch_pid, active).
+    The exchanged products were retrieved first (Seen), unless ``seen`` is False: then they
+    were used unseen, i.e. hallucinated (SPEC §7 v1.1)."""
     w = init_world(catalog.n_products)
+    pids = jnp.asarray([x for *_, x, _ in returns] or [-1], jnp.int32)
+    if seen:
+        w = X.insert(w, pids, catalog.n_products, seen=True, oos=False)
+    for x in pids.tolist():
+        w = record_use(w, jnp.int32(x), jnp.bool_(True), jnp.bool_(x >= 0))
     for k, (o, j, r, m, x, a) in enumerate(returns):
         w = w.replace(
             ret_order=w.ret_order.at[k].set(o),
@@ -446,8 +454,9 @@ def _ans(order, line):
     )
 
 
-def _score(catalog, prob, returns, order, line, has=True):
-    sc = verify(catalog, prob, _world(catalog, returns), None, _ans(order, line), jnp.bool_(has))
+def _score(catalog, prob, returns, order, line, has=True, seen=True):
+    world = _world(catalog, returns, seen)
+    sc = verify(catalog, prob, world, None, _ans(order, line), jnp.bool_(has))
     return float(sc.r_task), bool(sc.is_correct), np.asarray(sc.detail)[:3].tolist()
 
 
@@ -468,6 +477,9 @@ def test_verifier_hand_cases_with_replacement(catalog, replace_problem):
     oo, oj = _other_line(prob)
     bad_m, bad_r = (m + 1) % 3, (rs + 1) % 8
     assert _score(catalog, prob, [(o, j, rs, m, wit, True)], o, j) == (1.0, True, [1, 1, 1])
+    # The same exchange to a witness never retrieved is no replacement (SPEC §7 v1.1).
+    r = _score(catalog, prob, [(o, j, rs, m, wit, True)], o, j, seen=False)
+    assert r == (pytest.approx(0.8), False, [1, 1, -1])
     # Wrong reason or method: r_ret 0.
     r = _score(catalog, prob, [(o, j, bad_r, m, wit, True)], o, j)
     assert r == (pytest.approx(0.55), False, [1, 0, 1])
