@@ -14,10 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ecomjax import constants as C
 from ecomjax import policy_rules as P
-from ecomjax.agents.base import Agent
-from ecomjax.types import Observation, empty_action
+from ecomjax.agents.exploits import topic_table_agent
 
 # float32 [N_TOPICS]: each topic's rank-1 rule value (categorical answers as codes).
 TOP_RULE_VALUE: np.ndarray = P.TABLES.rule_value[P.TABLES.topic_rules[:, 0]]
@@ -29,27 +27,4 @@ def top_rule_value(topic: jax.Array) -> jax.Array:
     return jnp.where(topic >= 0, value, 0.0)
 
 
-def _init(key: jax.Array, obs: Observation, catalog) -> jax.Array:
-    del key, obs, catalog
-    return jnp.int32(-1)
-
-
-def _act(key: jax.Array, memory: jax.Array, obs: Observation, catalog):
-    """Answers on the first turn the topic is known (memory: the stated topic, -1)."""
-    del key
-    stated = obs.reply.slot_stated[0, C.Slot.TOPIC]
-    topic = jnp.where(stated, obs.reply.slot_value[0, C.Slot.TOPIC], memory).astype(jnp.int32)
-    action = empty_action(catalog.embed_dim)
-    answer = action.answer.replace(
-        present=jnp.bool_(True),
-        done=jnp.bool_(True),
-        main=action.answer.main.replace(
-            env=jnp.int32(C.Env.POLICY),
-            policy_value=top_rule_value(topic),
-            policy_ok=jnp.bool_(True),
-        ),
-    )
-    return topic, action.replace(has_message=jnp.bool_(True), answer=answer)
-
-
-policy_top_rule_agent = Agent("policy_top_rule", _init, _act)
+policy_top_rule_agent = topic_table_agent("policy_top_rule", TOP_RULE_VALUE)
