@@ -24,7 +24,7 @@ import numpy as np
 from ecomjax import constants as C
 from ecomjax.agents import empty_cart_agent, random_agent, silent_agent
 from ecomjax.agents.exploits import SHORTCUTS
-from ecomjax.agents.memoriser import memo_from, play_memorised
+from ecomjax.agents.memoriser import ID_FAMILIES, memo_from, play_memorised
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.catalog.synthetic import generate_catalog
 from ecomjax.envs.cart.shortcut import own_variant_agent
@@ -46,7 +46,6 @@ BOUNDED = {
     "cart_own_variant": (own_variant_agent, (E.CART,)),
     "repeat_one_id": (repeat_one_id_agent, (E.PD, E.SUB)),
 }
-ID_FAMILIES = ("PD", "SUB", "CART", "RETURN", "BUNDLE", "JOURNEY")
 
 Cell = tuple[int, int, float]  # (IsCorrect count, episodes, sum of r_total)
 
@@ -101,20 +100,13 @@ def per_d(title: str, rows: dict, levels: list[int], what: str) -> str:
 def memoriser_rows(catalog, params, plan, d, res) -> dict[tuple[str, str], dict[int, Cell]]:
     """The memoriser on the oracle's episodes of the families whose answers use ids, over
     the episodes where the oracle used one (elsewhere there is nothing to memorise)."""
-    idx = np.concatenate(
-        [
-            np.arange(a, b)
-            for (fam, a, b), e in zip(slices(plan), plan, strict=True)
-            if e[2] == 0 and fam in ID_FAMILIES
-        ]
-    )
-    fams = np.concatenate(
-        [
-            [fam] * (b - a)
-            for (fam, a, b), e in zip(slices(plan), plan, strict=True)
-            if e[2] == 0 and fam in ID_FAMILIES
-        ]
-    )
+    spans = [
+        (fam, a, b)
+        for (fam, a, b), e in zip(slices(plan), plan, strict=True)
+        if e[2] == 0 and fam in ID_FAMILIES
+    ]
+    idx = np.concatenate([np.arange(a, b) for _, a, b in spans])
+    fams = np.concatenate([[fam] * (b - a) for fam, a, b in spans])
     st = jax.tree_util.tree_map(lambda x: x[jnp.asarray(idx)], res.state)
     memo = jax.vmap(memo_from)(st)
     play = jax.jit(jax.vmap(play_memorised, (None, 0, 0, None, 0, None)), static_argnums=(3, 5))

@@ -14,16 +14,13 @@ import pytest
 from conftest import SUITE_AGENTS
 from ecomjax import constants as C
 from ecomjax.actions import make_action
-from ecomjax.agents.memoriser import memo_from, play_memorised
+from ecomjax.agents.memoriser import ID_FAMILIES, memo_from, play_memorised
 from ecomjax.core import reset, step, verify
 from ecomjax.registry import family
 from ecomjax.rollout import max_turns_for
 from ecomjax.testing import suite_part
 
 E = C.Env
-# Families whose oracle answers or calls use product ids (STATUS and POLICY answer with
-# order ids, statuses and policy values: nothing a policy could memorise from the catalog).
-ID_FAMILIES = ("PD", "SUB", "CART", "RETURN", "BUNDLE", "JOURNEY")
 _verify = jax.jit(jax.vmap(lambda cat, s, p: verify(cat, s, p), (None, 0, None)), static_argnums=2)
 
 

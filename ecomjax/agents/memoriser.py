@@ -26,6 +26,9 @@ from ecomjax.types import Answer, EnvParams, EpisodeState, Problem, empty_action
 T = C.Tool
 I32 = jnp.int32
 N_CALLS = C.MAX_CART_LINES + C.MAX_RETURNS
+# Families whose oracle answers or calls use catalog product ids: the memoriser's subject.
+# STATUS and POLICY answer with order ids, statuses and policy values, drawn per episode.
+ID_FAMILIES = ("PD", "SUB", "CART", "RETURN", "BUNDLE", "JOURNEY")
 
 
 @struct.dataclass
