@@ -2,7 +2,7 @@
 uvicorn on loopback: start an episode, call a tool through the schema-generated form, submit an
 answer, see the reward and the hidden goal. The reward shown must equal an offline ``Session``
 replay of the turns the page sent. ``ECOMJAX_DEMO_SCREENSHOT=docs/demo.png`` refreshes the
-README's screenshot; otherwise it goes to a temporary folder.
+screenshot in docs/host_bridge.md; otherwise it goes to a temporary folder.
 
 Skips (with the reason) when selenium, chromium or chromedriver is missing: ``scripts/setup.sh``
 installs chromium and chromium-driver with apt where it can."""

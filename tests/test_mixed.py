@@ -91,7 +91,7 @@ def test_exploit_agents_fail(suite, name):
         if name == "status_most_common":
             # SPEC §8.5 draws the target uniformly over H orders and §1.8 makes 45 % of
             # them DELIVERED, so "newest order, DELIVERED" wins whenever that is the
-            # truth: ~1/H · P(DELIVERED), over 5 % at small H (README, Known limits).
+            # truth: ~1/H · P(DELIVERED), over 5 % at small H (docs/limits.md).
             # It must win exactly then, and never otherwise.
             p = st.problem
             target = np.asarray(p.status_order)[keep]
