@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Same-session A/B of CART throughput: a past commit against the working tree, in
+# Same-session A/B of throughput: a past commit against the working tree, in
 # alternating runs (A B A B ...) on the same seeds, so a noisy shared machine slows both
 # sides alike and the ratio holds even when the absolute numbers drift.
 #
-#   bash benchmarks/ab_throughput.sh REV [ROUNDS] [B]
+#   bash benchmarks/ab_throughput.sh REV [ROUNDS] [B] [TASKS]
+#
+# Without TASKS it times CART with throughput.py (rows to ab_throughput.jsonl); with TASKS
+# (families or collections, comma-separated: RETURN,BUNDLE,C8) it times one runner round
+# per spec with families.py at N = 1000 (rows to ab_families.jsonl).
 #
 # REV is checked out into a temporary git worktree and imported from there (PYTHONPATH);
 # both sides run with this checkout's virtual environment. Rows go to
@@ -12,9 +16,11 @@ set -euo pipefail
 rev=${1:?usage: ab_throughput.sh REV [ROUNDS] [B]}
 rounds=${2:-2}
 batch=${3:-4096}
+tasks=${4:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
 py="$root/.venv/bin/python"
 out="$root/benchmarks/results/ab_throughput.jsonl"
+[ -n "$tasks" ] && out="$root/benchmarks/results/ab_families.jsonl"
 tree=$(mktemp -d)
 trap 'git -C "$root" worktree remove --force "$tree" >/dev/null 2>&1 || true' EXIT
 git -C "$root" worktree add -q --detach "$tree" "$rev"
@@ -23,7 +29,13 @@ new="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD 
 for _ in $(seq "$rounds"); do
   for side in old new; do
     if [ "$side" = old ]; then dir=$tree label=$old; else dir=$root label=$new; fi
-    (cd "$dir" && PYTHONPATH="$dir" "$py" "$root/benchmarks/throughput.py" --sizes "$batch" \
-      --repeats 5 --loop-episodes 4 --label "$label" --out "$out" | grep "B=" | sed "s/^/$label /")
+    if [ -n "$tasks" ]; then
+      (cd "$dir" && PYTHONPATH="$dir" "$py" "$root/benchmarks/families.py" --n 1000 \
+        --batch "$batch" --repeats 3 --tasks "$tasks" --label "$label" --out "$out" \
+        | sed "s/^/$label /")
+    else
+      (cd "$dir" && PYTHONPATH="$dir" "$py" "$root/benchmarks/throughput.py" --sizes "$batch" \
+        --repeats 5 --loop-episodes 4 --label "$label" --out "$out" | grep "B=" | sed "s/^/$label /")
+    fi
   done
 done

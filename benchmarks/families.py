@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pool", action="store_true", help="also time PD/SUB verification alone")
     ap.add_argument("--pool-batch", type=int, default=1024)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--label", default=None, help="tag the rows (ab_throughput.sh: the commit)")
     args = ap.parse_args(argv)
     catalog = generate_catalog(42, args.n)
     params = EnvParams()
@@ -121,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     for spec in filter(None, args.tasks.split(",")):  # --tasks "" times the pool alone
         tasks = resolve_tasks(spec)
         row = {"kind": "families", "spec": spec, "n_products": args.n, **info}
+        if args.label is not None:
+            row["label"] = args.label
         row.update(bench_plan(catalog, params, tasks, args.batch, args.repeats))
         append_rows(args.out, [row])  # as it comes: a long sweep cut short keeps its rows
         print(json.dumps(row), flush=True)

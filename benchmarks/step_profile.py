@@ -1,13 +1,18 @@
-"""Where a batched CART turn spends its time: each stage of a rollout jitted and timed
-alone at one batch size (the stages fuse differently inside the whole rollout, so the
-parts need not add up to it; they show the proportions).
+"""Where an oracle episode of each family spends its time: every stage of a rollout jitted
+and timed alone, turn by turn over a real batch of episodes, and summed per episode.
 
-    python benchmarks/step_profile.py --batch 4096
+    python benchmarks/step_profile.py --tasks CART,RETURN --batch 4096
+    python benchmarks/step_profile.py --tasks C8 --batch 1024
 
-Stages: generate, reset, the agent's act, the retrieval stage, the whole step (through
-``rollout.step_batch``), and inside the step the tool loop, Seen marking and stock shocks,
-each on the second turn's states and actions. Median of ``--repeats`` after a warm-up;
-rows (microseconds per episode) go to benchmarks/results/step_profile.jsonl.
+The batch plays the oracle turn by turn on the host; on each turn every stage runs on that
+turn's real states and actions (all B lanes, as inside the rollout's while loop, where an
+ended lane idles until the batch's longest episode ends). Stages: generate, reset, the
+agent's act, retrieval, the tool loop, the customer's reply, stock shocks, Seen marking,
+the whole step (``rollout.step_batch``; the stages fuse differently inside it, so the parts
+need not add up to it), verify, and the curriculum update. Each is the median of
+``--repeats`` calls after a warm-up. The whole jitted round (``run_plan`` + curriculum) is
+timed too, so the per-stage sum can be read against it. Rows (microseconds per episode,
+summed over turns) go to benchmarks/results/step_profile.jsonl.
 """
 
 from __future__ import annotations
@@ -20,29 +25,42 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ecomjax import constants as C
+from ecomjax import curriculum as cur
 from ecomjax import difficulty as D
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.catalog.synthetic import generate_catalog
-from ecomjax.core import reset
-from ecomjax.envs.cart.generator import generate
-from ecomjax.rollout import AGENT_STREAM, step_batch
+from ecomjax.core import _store_answer, reset, verify
+from ecomjax.customer import reply
+from ecomjax.gates import turn_gates
+from ecomjax.registry import family, resolve_tasks
+from ecomjax.rollout import AGENT_STREAM, _by_family, max_turns_for, run_plan, step_batch
+from ecomjax.runner import make_plan
 from ecomjax.shocks import apply_shocks
-from ecomjax.tools.execute import mark_seen, run_tools, slot_tools
+from ecomjax.tools.execute import mark_seen, run_tools
 from ecomjax.tools.search import resolve_batch
 from ecomjax.types import EnvParams
+from ecomjax.verify import ALL_FAMILIES
 
 sys.path.insert(0, str(Path(__file__).parent))
 from rows_io import append_rows  # noqa: E402
 from throughput import env_info, episode_inputs  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "step_profile.jsonl"
-CART = (C.Env.CART,)
 
 
-def timed(fn, *args, repeats: int) -> tuple[float, object]:
-    compiled = jax.jit(fn).lower(*args).compile()
+def timed(
+    fn, *args, repeats: int, cache: dict | None = None, name: str = ""
+) -> tuple[float, object]:
+    """Median seconds of the compiled ``fn`` and its output (one warm-up call first).
+    ``cache`` keeps one compiled program per stage name: every turn has the same shapes."""
+    compiled = None if cache is None else cache.get(name)
+    if compiled is None:
+        compiled = jax.jit(fn).lower(*args).compile()
+        if cache is not None:
+            cache[name] = compiled
     out = jax.block_until_ready(compiled(*args))
     times = []
     for _ in range(repeats):
@@ -52,33 +70,28 @@ def timed(fn, *args, repeats: int) -> tuple[float, object]:
     return statistics.median(times), out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--batch", type=int, default=4096)
-    ap.add_argument("--catalog-size", type=int, default=1000)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", type=Path, default=OUT)
-    args = ap.parse_args(argv)
-    b, params = args.batch, EnvParams()
-    catalog = generate_catalog(42, args.catalog_size)
-    agent = make_oracle(CART)
-    keys, d = episode_inputs(b, 1)
-    live = jnp.ones(b, bool)
-    stages: dict[str, float] = {}
+def profile(spec: str, catalog, batch: int, repeats: int, params: EnvParams) -> dict:
+    tasks = resolve_tasks(spec)
+    plan = make_plan(tasks, batch)
+    envs = tuple(family(t).env for t in tasks)
+    present = tuple(sorted(int(e) for e in envs))
+    agent = make_oracle(envs)
+    keys, d = episode_inputs(batch, 1)
+    us: dict[str, float] = {}
+    compiled: dict[str, object] = {}
 
     def stage(name, fn, *a):
-        sec, out = timed(fn, *a, repeats=args.repeats)
-        stages[name] = 1e6 * sec / b
-        print(f"{name:10s} {stages[name]:8.1f} µs per episode", flush=True)
+        sec, out = timed(fn, *a, repeats=repeats, cache=compiled, name=name)
+        us[name] = us.get(name, 0.0) + 1e6 * sec / batch
         return out
 
-    problems = stage(
-        "generate",
-        lambda c, k, dd: jax.vmap(generate, (0, None, 0, None))(k, c, dd, params),
-        catalog,
-        keys,
-        d,
-    )
+    def generate(c, k, dd):
+        def one(name, k, dd):
+            return jax.vmap(family(name).generate, (0, None, 0, None))(k, c, dd, params)
+
+        return _by_family(plan, one, k, dd)
+
+    problems = stage("generate", generate, catalog, keys, d)
     states, ts = stage(
         "reset",
         lambda c, k, p: jax.vmap(reset, (0, None, 0, None))(k, c, p, params),
@@ -87,49 +100,37 @@ def main(argv: list[str] | None = None) -> int:
         problems,
     )
     akeys = jax.vmap(lambda k: jax.random.fold_in(k, AGENT_STREAM))(keys)
-    memory = jax.vmap(agent.init, (0, 0, None))(akeys, ts.observation, catalog)
-    act = jax.jit(lambda c, k, m, o: jax.vmap(agent.act, (0, 0, 0, None))(k, m, o, c))
-    memory, actions = act(catalog, akeys, memory, ts.observation)
-    states, ts = jax.jit(lambda c, s, a: step_batch(c, s, a, params, live, CART))(
-        catalog, states, actions
-    )
-    # The second turn: the oracle adds to the cart, so the tool loop does real work.
-    _, actions = stage(
-        "agent_act",
-        lambda c, k, m, o: jax.vmap(agent.act, (0, 0, 0, None))(k, m, o, c),
-        catalog,
-        akeys,
-        memory,
-        ts.observation,
-    )
-    search = stage(
-        "retrieval", lambda c, s, a: resolve_batch(c, s, a, params, live), catalog, states, actions
-    )
-    stage(
-        "step",
-        lambda c, s, a: step_batch(c, s, a, params, live, CART, search),
-        catalog,
-        states,
-        actions,
-    )
-    calls = slot_tools(actions.tool)
-    world, _, results = stage(
-        "tool_loop",
-        lambda c, s, a, r: jax.vmap(lambda s, a, r: run_tools(c, s.problem, s.world, a, r, calls))(
-            s, a, r
-        ),
-        catalog,
-        states,
-        actions,
-        search,
-    )
-    stage(
-        "mark_seen",
-        lambda c, w, r: jax.vmap(lambda w, r: mark_seen(w, r, c.n_products, calls))(w, r),
-        catalog,
-        world,
-        results,
-    )
+    memory = jax.jit(jax.vmap(agent.init, (0, 0, None)))(akeys, ts.observation, catalog)
+    obs = ts.observation
+
+    def act(c, k, m, o):
+        return jax.vmap(agent.act, (0, 0, 0, None))(k, m, o, c)
+
+    def tools(c, s, a, r, live):
+        calls = turn_gates(a, live).calls
+        return jax.vmap(lambda s, a, r: run_tools(c, s.problem, s.world, a, r, calls))(s, a, r)
+
+    def customer(c, s, a, w, scratch):
+        def one(s, a, w, sc):
+            dlg, w2 = _store_answer(s.dialogue.replace(turn=s.dialogue.turn + 1), w, a)
+            pending_done = a.answer.present & ~a.answer.done & (s.problem.env != C.Env.JOURNEY)
+            shocked = jnp.zeros(C.MAX_ITEMS, bool)
+            return reply(
+                c,
+                s.problem,
+                s.world,
+                w2,
+                dlg,
+                sc,
+                a,
+                shocked,
+                pending_done,
+                s.key,
+                params,
+                present,
+            )
+
+        return jax.vmap(one)(s, a, w, scratch)
 
     def shocks(c, s):
         def one(s):
@@ -138,16 +139,104 @@ def main(argv: list[str] | None = None) -> int:
 
         return jax.vmap(one)(s)
 
-    stage("shocks", shocks, catalog, states)
-    row = env_info() | {
-        "kind": "step_profile",
-        "B": b,
-        "catalog_size": args.catalog_size,
-        "repeats": args.repeats,
-        "us_per_episode": stages,
+    def seen(c, w, r, a, live):
+        calls = turn_gates(a, live).calls
+        return jax.vmap(lambda w, r: mark_seen(w, r, c.n_products, calls))(w, r)
+
+    turns, env_steps = 0, 0
+    for t in range(max_turns_for(envs)):
+        live = states.dialogue.termination == C.Termination.RUNNING
+        n_live = int(live.sum())
+        if n_live == 0:
+            break
+        turns, env_steps = turns + 1, env_steps + n_live
+        k = jax.vmap(lambda key, t=t: jax.random.fold_in(key, t))(akeys)
+        memory, actions = stage("agent_act", act, catalog, k, memory, obs)
+        search = stage(
+            "retrieval",
+            lambda c, s, a, lv: resolve_batch(c, s, a, params, lv),
+            catalog,
+            states,
+            actions,
+            live,
+        )
+        world, scratch, results = stage("tool_loop", tools, catalog, states, actions, search, live)
+        stage("customer", customer, catalog, states, actions, world, scratch)
+        stage("shocks", shocks, catalog, states)
+        stage("mark_seen", seen, catalog, world, results, actions, live)
+        states, ts = stage(
+            "step",
+            lambda c, s, a, lv: step_batch(c, s, a, params, lv, present),
+            catalog,
+            states,
+            actions,
+            live,
+        )
+        obs = ts.observation
+
+    def score(c, s):
+        def one(name, s):
+            fam = family(name).env
+            fams = ALL_FAMILIES if fam == C.Env.JOURNEY else (fam,)
+            return jax.vmap(lambda s: verify(c, s, params, fams))(s)
+
+        return _by_family(plan, one, s)
+
+    reward = stage("verify", score, catalog, states)
+    cfg = cur.CurriculumConfig.default()
+    task_ids = jnp.asarray(
+        np.concatenate([np.full(n, i, np.int32) for i, (_, n) in enumerate(plan)])
+    )
+    cstate = cur.init(len(tasks))
+    stage(
+        "curriculum",
+        lambda cs, ok: cur.update(cs, task_ids, d, ok, None, cfg, mode="stream"),
+        cstate,
+        reward.is_correct,
+    )
+
+    def whole(c, k, dd):
+        return run_plan(c, k, dd, plan, agent, params).state.reward.is_correct
+
+    sec, _ = timed(whole, catalog, keys, d, repeats=repeats)
+    parts = sum(v for name, v in us.items() if name != "step")
+    print(f"{spec}: {turns} turns, {env_steps / batch:.2f} env-steps per episode")
+    for name, v in us.items():
+        print(f"  {name:11s} {v:9.1f} µs per episode")
+    print(f"  {'round':11s} {1e6 * sec / batch:9.1f} µs per episode (whole jitted rollout)")
+    return {
+        "spec": spec,
+        "turns": turns,
+        "env_steps_per_episode": env_steps / batch,
+        "us_per_episode": us,
+        "stage_sum_us": parts,
+        "round_us_per_episode": 1e6 * sec / batch,
+        "episodes_per_s": batch / sec,
     }
-    append_rows(args.out, [row])
-    print(f"wrote 1 row to {args.out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--tasks", default="CART", help="families or collections, comma-separated")
+    ap.add_argument("--batch", type=int, default=4096)
+    ap.add_argument("--catalog-size", type=int, default=1000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--label", default=None)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    catalog = generate_catalog(42, args.catalog_size)
+    params = EnvParams()
+    for spec in filter(None, args.tasks.split(",")):
+        row = env_info() | {
+            "kind": "step_profile",
+            "B": args.batch,
+            "catalog_size": args.catalog_size,
+            "repeats": args.repeats,
+            **({"label": args.label} if args.label else {}),
+            **profile(spec, catalog, args.batch, args.repeats, params),
+        }
+        append_rows(args.out, [row])
+    print(f"wrote rows to {args.out}")
     return 0
 
 

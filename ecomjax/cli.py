@@ -7,6 +7,7 @@ import importlib
 import json
 import sys
 
+from ecomjax import compile_cache
 from ecomjax import constants as C
 
 
@@ -87,6 +88,7 @@ def _add_plugins(sub) -> None:
             continue
         parser = mod.add_parser(sub)
         if parser is not None and hasattr(mod, "main"):
+            compile_cache.add_arguments(parser)
             parser.set_defaults(func=mod.main)
 
 
@@ -106,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--convention", default="default", choices=["default", "rlve"])
     run.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     run.add_argument("--progress", action="store_true", help="show the progress bar with --json")
+    compile_cache.add_arguments(run)
     run.set_defaults(func=_run)
     _add_plugins(sub)
     return parser
@@ -113,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Every subcommand compiles: a relaunch loads its programs from the persistent cache.
+    compile_cache.enable(args.compile_cache, enabled=not args.no_compile_cache)
     return args.func(args)
 
 

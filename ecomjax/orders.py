@@ -23,7 +23,14 @@ import jax.numpy as jnp
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
-from ecomjax.sampling import first_valid, in_category, stream, taken_products
+from ecomjax.sampling import (
+    first_valid,
+    in_category,
+    in_sorted,
+    sorted_set,
+    stream,
+    taken_products,
+)
 from ecomjax.types import Problem
 from ecomjax.world import safe
 
@@ -218,7 +225,7 @@ def build_history(key: jax.Array, catalog: Catalog, problem: Problem, h: jax.Arr
     (so every line has an identifying description in any scope), avoiding products that
     earlier sub-goals use; qty U{1..3}."""
     h = jnp.clip(jnp.asarray(h, I32), 1, MO)
-    taken = taken_products(problem)
+    taken = sorted_set(taken_products(problem))
     okp = _line_ok(catalog)
     n = catalog.n_products
 
@@ -240,7 +247,7 @@ def build_history(key: jax.Array, catalog: Catalog, problem: Problem, h: jax.Arr
         live = j < n_lines[o]
 
         def ok(p):
-            return okp(p) & ~(picked == p).any() & ~(taken == p).any()
+            return okp(p) & ~(picked == p).any() & ~in_sorted(taken, p)
 
         pid = jnp.where(live, first_valid(k_p, 0, n, ok), -1)
         qty = jnp.where(pid >= 0, jax.random.randint(k_q, (), 1, 4), 0)
@@ -338,14 +345,15 @@ def history_desc(catalog: Catalog, problem: Problem, pid: jax.Array) -> tuple[ja
 
 
 def witness_for(key: jax.Array, catalog: Catalog, pid: jax.Array, avoid: jax.Array) -> jax.Array:
-    """A uniform in-stock product of ``pid``'s category other than ``pid`` and ``avoid``;
-    -1 if none was found (then the category has no other usable product)."""
+    """A uniform in-stock product of ``pid``'s category other than ``pid`` and the
+    products in ``avoid`` (a ``sampling.sorted_set``); -1 if none was found (then the
+    category has no other usable product)."""
     cat = catalog.category[safe(pid)].astype(I32)
     lo, hi = in_category(catalog, cat)
 
     def ok(pos):
         q = catalog.cat_order[pos]
-        return (catalog.stock[q] > 0) & (q != pid) & ~(avoid == q).any()
+        return (catalog.stock[q] > 0) & (q != pid) & ~in_sorted(avoid, q)
 
     pos = first_valid(key, lo, hi, ok)
     return jnp.where((pos >= 0) & (pid >= 0), catalog.cat_order[jnp.maximum(pos, 0)], -1)

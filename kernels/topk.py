@@ -197,6 +197,17 @@ def _running_topk(
         return (best_s, best_i, count), None
 
     init = _empty(q, k)
+    if n_steps == 1:  # one chunk (a catalog up to ``chunk`` rows): no running block to merge
+        s, ids = step(jnp.int32(0))
+        s = _canon(s)
+        ids = jnp.broadcast_to(ids, s.shape).astype(jnp.int32)
+        count = jnp.sum(s > _NEG_INF, axis=-1, dtype=jnp.int32)
+        cand_s, cand_i = _chunk_candidates(s, ids, kc, group)
+        neg, idx = lax.sort((-cand_s, cand_i), dimension=-1, num_keys=2)
+        pad = k - neg.shape[-1]
+        best_s = jnp.pad(-neg, ((0, 0), (0, pad)), constant_values=_NEG_INF)
+        best_i = jnp.pad(idx, ((0, 0), (0, pad)), constant_values=-1)
+        return _finish(best_s, best_i, count)
     (best_s, best_i, count), _ = lax.scan(
         body, (init.scores, init.indices, init.n_valid), jnp.arange(n_steps, dtype=jnp.int32)
     )

@@ -460,12 +460,14 @@ def to_jsonable(x):
 
 
 def enable_compile_cache(root: str | os.PathLike | None = None) -> None:
-    """The repo's persistent XLA cache (as conftest.py): a rerun skips the compile."""
-    if os.environ.get("ECOMJAX_JAX_CACHE") == "off":
+    """The persistent XLA cache (``ecomjax.compile_cache``), unless the entry point already
+    chose one (``ecomjax study --compile-cache`` / ``--no-compile-cache``)."""
+    from ecomjax import compile_cache
+
+    if compile_cache.configured():
         return
-    root = Path(root) if root else Path(__file__).resolve().parents[1]
-    jax.config.update("jax_compilation_cache_dir", str(root / ".jax_cache"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 2.0)
+    where = Path(root) / ".jax_cache" if root else None
+    compile_cache.enable(where, enabled=os.environ.get("ECOMJAX_JAX_CACHE") != "off")
 
 
 @dataclass(frozen=True)

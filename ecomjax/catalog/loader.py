@@ -462,6 +462,7 @@ def _assemble(
         ),
         cat_denied=jnp.asarray(np.array([is_denied(p) for p in paths], dtype=bool)),
         cat_emb=jnp.asarray(cat_emb, dtype=jnp.float32),
+        max_cat_size=int(counts.max()) if counts.size else 0,
     )
     tables = CatalogTables(
         product_ids=rec["pid"],

@@ -459,6 +459,7 @@ def generate_catalog(
         cat_group=jnp.asarray(m.group),
         cat_denied=jnp.zeros(m.n_cat, dtype=bool),
         cat_emb=jnp.asarray(cat_emb, dtype=jnp.float32),
+        max_cat_size=int(jnp.max(jnp.diff(out["cat_offsets"]))),
     )
 
 

@@ -51,6 +51,9 @@ class Catalog:
     cat_group: jax.Array  # int8 [C], index into GROUPS (-1 = none)
     cat_denied: jax.Array  # bool [C], SPEC §1.1 denied categories (safety backstop)
     cat_emb: jax.Array  # float32 [C, D], embedding of each category's display name
+    # Static: rows of the largest category (0 = unknown). A category-filtered search then
+    # scans that many rows of ``cat_order`` instead of the whole catalog (same results).
+    max_cat_size: int = struct.field(pytree_node=False, default=0)
 
     @property
     def n_products(self) -> int:

@@ -13,6 +13,8 @@ that is not a true result).
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -21,7 +23,7 @@ from ecomjax import difficulty as D
 from ecomjax import exposure as X
 from ecomjax.catalog.types import Catalog
 from ecomjax.compact import compact, first_true
-from ecomjax.kernels.topk import masked_topk
+from ecomjax.kernels.topk import category_slice_topk, masked_topk
 from ecomjax.predicates import disc_values, filters_pass, num_values_scaled
 from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, no_search
 from ecomjax.world import is_known, product_stock_qty, safe
@@ -67,10 +69,31 @@ def _query(catalog: Catalog, action: Action, slot: jax.Array) -> tuple[jax.Array
     return qvec, mode
 
 
+CAT_FILTER = C.DISC_FILTERS.index(C.Attr.CAT)
+
+
+def category_filtered(catalog: Catalog, action: Action) -> jax.Array:
+    """bool [..., MAX_TOOL_CALLS]: searches filtered to one known category and sorted by
+    an exact integer key (price, rating, ship days). Only that category's rows can pass
+    their filters, so scanning them alone gives the same results bit for bit. Relevance
+    (cosine) sorts stay on the full scan: a dot product over gathered rows may round
+    differently from the contiguous one, and a near-tie could then swap."""
+    cat = action.filter_disc[..., CAT_FILTER]
+    keyed = (action.enum_a != C.SortBy.RELEVANCE) & (action.product == -1)
+    return (catalog.max_cat_size > 0) & (cat >= 0) & (cat < catalog.n_categories) & keyed
+
+
 def _ranked_candidates(
-    catalog: Catalog, state: EpisodeState, action: Action, slot: jax.Array, params: EnvParams
+    catalog: Catalog,
+    state: EpisodeState,
+    action: Action,
+    slot: jax.Array,
+    params: EnvParams,
+    by_category: bool = False,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """Exact masked top-R for one call slot: (ids [R], n_valid, qvec [D], mode)."""
+    """Exact masked top-R for one call slot: (ids [R], n_valid, qvec [D], mode).
+    ``by_category`` (static; only for a ``category_filtered`` slot) scans the filter's
+    category's rows of ``cat_order`` alone."""
     world = state.world
     ref = action.product[slot]
     qvec, mode = _query(catalog, action, slot)
@@ -94,14 +117,39 @@ def _ranked_candidates(
         return jnp.where(ok, s, NEG)[None, :]
 
     rows = {"emb": catalog.emb}
-    top = masked_topk(score_fn, rows, jnp.zeros((1,)), catalog.n_products, R, params.search_chunk)
+    if by_category:
+        cat = jnp.clip(fd[CAT_FILTER], 0, catalog.n_categories - 1)[None]
+        top = category_slice_topk(
+            score_fn, rows, jnp.zeros((1,)), catalog.cat_order, catalog.cat_offsets, cat, R,
+            catalog.max_cat_size, params.search_chunk,
+        )  # fmt: skip
+    else:
+        top = masked_topk(
+            score_fn, rows, jnp.zeros((1,)), catalog.n_products, R, params.search_chunk
+        )
     return top.indices[0], top.n_valid[0], qvec, mode
 
 
+@functools.lru_cache(maxsize=64)
+def max_distractors(params: EnvParams) -> int:
+    """The most distractors any search can mix in under ``params`` (static): max over d of
+    round(eps_rank(d)·top_k(d)), 20 under SPEC's schedule, at most R under overrides."""
+    with jax.ensure_compile_time_eval():
+        diff = D.difficulty(jnp.arange(C.D_MAX + 1), params.overrides)
+        n_dist = jnp.round(diff.eps_rank * jnp.minimum(diff.top_k, 500)).astype(jnp.int32)
+        return int(min(max(int(n_dist.max()), 1), R))
+
+
 def _mix_distractors(
-    key: jax.Array, catalog: Catalog, true_ids: jax.Array, n_true: jax.Array, n_dist: jax.Array
+    key: jax.Array,
+    catalog: Catalog,
+    true_ids: jax.Array,
+    n_true: jax.Array,
+    n_dist: jax.Array,
+    max_dist: int = R,
 ) -> jax.Array:
-    """Interleave n_dist keyed distractors at distinct positions among n_true + n_dist."""
+    """Interleave n_dist keyed distractors at distinct positions among n_true + n_dist.
+    ``max_dist`` (static) bounds n_dist (``max_distractors``)."""
     slots = jnp.arange(R)
     total = n_true + n_dist
     prio = jax.random.uniform(jax.random.fold_in(key, 0), (R,))
@@ -110,34 +158,42 @@ def _mix_distractors(
     is_dist = (rank < n_dist) & (slots < total)
     t_before = jnp.cumsum(~is_dist & (slots < total)) - (~is_dist & (slots < total))
     # Category of the next true item to emit, else the last emitted; whole catalog if none.
-    nxt = jnp.where(t_before < n_true, t_before, n_true - 1)
+    # Draws only for the distractor slots (at most ``max_dist``, in slot order): the
+    # keyed candidates of the other slots were never used, and were most of a search.
+    dslot = first_true(is_dist, max_dist)  # [M], -1 padded
+    ds = jnp.maximum(dslot, 0)
+    nxt = jnp.where(t_before[ds] < n_true, t_before[ds], n_true - 1)
     cat = catalog.category[safe(true_ids[jnp.maximum(nxt, 0)])].astype(jnp.int32)
     lo = jnp.where(n_true > 0, catalog.cat_offsets[cat], 0)
     hi = jnp.where(n_true > 0, catalog.cat_offsets[cat + 1], catalog.n_products)
-    u = jax.vmap(lambda s: jax.random.uniform(jax.random.fold_in(key, s + 1), (TRIES,)))(slots)
+    u = jax.vmap(lambda s: jax.random.uniform(jax.random.fold_in(key, s + 1), (TRIES,)))(ds)
     pos = lo[:, None] + jnp.floor(u * (hi - lo)[:, None]).astype(jnp.int32)
     pos = jnp.minimum(pos, jnp.maximum(hi - 1, lo)[:, None])
     cand = jnp.where(n_true > 0, catalog.cat_order[pos], pos)
     true_sorted = jnp.sort(jnp.where(slots < n_true, true_ids, jnp.iinfo(jnp.int32).max))
     hit = true_sorted[jnp.clip(jnp.searchsorted(true_sorted, cand), 0, R - 1)] == cand
     ok = ~hit & (hi > lo)[:, None]
-    pick = jnp.where(ok.any(-1), cand[slots, jnp.argmax(ok, -1)], -1)
-    pick = jnp.where(is_dist, pick, -1)
+    rows = jnp.arange(max_dist)
+    pick = jnp.where(ok.any(-1) & (dslot >= 0), cand[rows, jnp.argmax(ok, -1)], -1)
     # Drop a distractor that repeats an earlier one.
-    earlier = (
-        (pick[None, :] == pick[:, None]) & (slots[None, :] < slots[:, None]) & is_dist[None, :]
-    )
+    earlier = (pick[None, :] == pick[:, None]) & (rows[None, :] < rows[:, None]) & (pick >= 0)
     pick = jnp.where(earlier.any(-1), -1, pick)
+    pick = jnp.full(R, -1, jnp.int32).at[jnp.where(dslot >= 0, dslot, R)].set(pick, mode="drop")
     true_at = true_ids[jnp.clip(t_before, 0, R - 1)]
     out = jnp.where(is_dist, pick, jnp.where(slots < total, true_at, -1))
     return compact(out, out >= 0, R)
 
 
 def resolve_slot(
-    catalog: Catalog, state: EpisodeState, action: Action, slot: jax.Array, params: EnvParams
+    catalog: Catalog,
+    state: EpisodeState,
+    action: Action,
+    slot: jax.Array,
+    params: EnvParams,
+    by_category: bool = False,
 ) -> SearchResults:
     """One catalog_search call slot, as a SearchResults row without the slot axis."""
-    ids, n_valid, _, _ = _ranked_candidates(catalog, state, action, slot, params)
+    ids, n_valid, _, _ = _ranked_candidates(catalog, state, action, slot, params, by_category)
     return finish_slot(catalog, state, action, slot, params, ids, n_valid)
 
 
@@ -165,7 +221,7 @@ def finish_slot(
     n_dist = jnp.round(diff.eps_rank * n).astype(jnp.int32)
     n_true = jnp.minimum(n_valid, n - n_dist)
     skey = jax.random.fold_in(jax.random.fold_in(state.key, C.STREAM["SEARCH"]), counter)
-    mixed = _mix_distractors(skey, catalog, ids, n_true, n_dist)
+    mixed = _mix_distractors(skey, catalog, ids, n_true, n_dist, max_distractors(params))
     live = is_search[slot] & ~bad_ref
     mixed = jnp.where(live, mixed, -1)
     score = shown_score(catalog, qvec, safe(mixed), mode)
@@ -206,15 +262,28 @@ def resolve_batch(
     """The retrieval stage for a batch: only the search calls of live episodes are scored.
 
     Search slots are compacted and resolved ``chunk`` at a time, so the cost follows the
-    number of searches, not batch x call slots. Results equal ``resolve_searches``."""
+    number of searches, not batch x call slots. Searches filtered to one category scan
+    only that category's rows (``catalog.max_cat_size`` of them), the rest the whole
+    catalog. Results equal ``resolve_searches``."""
     chunk = params.search_batch if chunk is None else chunk
     b = live.shape[0]
     nb = b * C.MAX_TOOL_CALLS
-    flat = ((actions.tool == C.Tool.CATALOG_SEARCH) & live[:, None]).reshape(-1)
+    searching = (actions.tool == C.Tool.CATALOG_SEARCH) & live[:, None]
+    out = jax.tree_util.tree_map(lambda x: x.reshape(nb, *x.shape[2:]), no_search((b,)))
+    by_cat = category_filtered(catalog, actions)
+    passes = ((False, searching & ~by_cat), (True, searching & by_cat))
+    for by_category, mask in passes if catalog.max_cat_size > 0 else ((False, searching),):
+        out = _resolve_pass(catalog, states, actions, params, mask, chunk, by_category, out)
+    return jax.tree_util.tree_map(lambda x: x.reshape(b, C.MAX_TOOL_CALLS, *x.shape[1:]), out)
+
+
+def _resolve_pass(catalog, states, actions, params, mask, chunk, by_category, out):
+    """Resolves the call slots ``mask`` [B, MAX_TOOL_CALLS] into ``out`` (flat rows)."""
+    nb = mask.size
+    flat = mask.reshape(-1)
     n_q = flat.sum()
     n_pad = -(-nb // chunk) * chunk
     order = jnp.pad(first_true(flat, nb), (0, n_pad - nb), constant_values=-1)
-    out = jax.tree_util.tree_map(lambda x: x.reshape(nb, *x.shape[2:]), no_search((b,)))
 
     def body(carry):
         i, out = carry
@@ -222,11 +291,13 @@ def resolve_batch(
         ep, slot = idx // C.MAX_TOOL_CALLS, idx % C.MAX_TOOL_CALLS
         st = jax.tree_util.tree_map(lambda x: x[ep], states)
         ac = jax.tree_util.tree_map(lambda x: x[ep], actions)
-        res = jax.vmap(resolve_slot, (None, 0, 0, 0, None))(catalog, st, ac, slot, params)
+        res = jax.vmap(resolve_slot, (None, 0, 0, 0, None, None))(
+            catalog, st, ac, slot, params, by_category
+        )
         valid = i * chunk + jnp.arange(chunk) < n_q
         dest = jnp.where(valid, idx, nb)
         out = jax.tree_util.tree_map(lambda o, r: o.at[dest].set(r, mode="drop"), out, res)
         return i + 1, out
 
     _, out = jax.lax.while_loop(lambda c: c[0] * chunk < n_q, body, (jnp.int32(0), out))
-    return jax.tree_util.tree_map(lambda x: x.reshape(b, C.MAX_TOOL_CALLS, *x.shape[1:]), out)
+    return out

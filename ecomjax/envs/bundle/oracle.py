@@ -52,9 +52,10 @@ def _read_results(mem: BundleMemory, obs: Observation, catalog: Catalog) -> Bund
     card_cat = catalog.category[safe(ids)].astype(jnp.int32)
     ok = is_search[:, None] & (ids >= 0) & (res.search.stock > 0) & (card_cat == want_cat[:, None])
     price = jnp.where(ok, catalog.price_cents[safe(ids)], BIG)
-    # Cheapest card per call, ties to the lower catalog index.
-    j = jnp.lexsort((jnp.where(ok, ids, BIG), price), axis=-1)[:, 0]
-    call_best = jnp.where(ok.any(-1), jnp.take_along_axis(ids, j[:, None], -1)[:, 0], -1)
+    # Cheapest card per call, ties to the lower catalog index: two minima, not a sort of
+    # every [calls, R] row (the sort was most of this agent's cost).
+    cheapest = ok & (price == price.min(-1, keepdims=True))
+    call_best = jnp.where(ok.any(-1), jnp.where(cheapest, ids, BIG).min(-1), -1)
     for_slot = (mem.call_slot[:, None] == jnp.arange(MB)[None, :]) & (call_best >= 0)[:, None]
     found = for_slot.any(0)
     best = jnp.where(found, call_best[jnp.argmax(for_slot, 0)], mem.best)

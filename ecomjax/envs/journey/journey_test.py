@@ -155,3 +155,23 @@ def sweep(catalog, params, request):
     d = jnp.arange(n) % 21
     res = run_batch_jit(catalog, keys, d, generate, make_oracle((E.JOURNEY,)), params)
     return d, res
+
+
+def test_events_view_is_the_stable_partition_of_the_ring_newest_first():
+    """The oracle's shock view: ids in the stored answer first, then the rest, each newest
+    first (a numpy stable sort as reference), over thousands of keyed rings."""
+    from ecomjax.envs.journey.oracle import N_SHOCKED, _events_view
+
+    b, n = 3000, C.MAX_EVENTS
+    k = jax.random.split(jax.random.key(11), 3)
+    ring = np.asarray(jax.random.randint(k[0], (b, N_SHOCKED), -1, 60))
+    count = np.asarray(jax.random.randint(k[1], (b,), 0, 3 * N_SHOCKED))
+    first = np.asarray(jax.random.randint(k[2], (b, C.MAX_K_REC), -1, 60))
+    got = np.asarray(
+        jax.jit(jax.vmap(lambda r, c, f: _events_view(r, c, f, n)))(ring, count, first)
+    )
+    for i in range(b):
+        age = (count[i] - 1 - np.arange(N_SHOCKED)) % N_SHOCKED
+        hit = np.isin(ring[i], first[i]) & (ring[i] >= 0)
+        order = np.lexsort((age, ~hit))
+        assert (got[i] == ring[i][order][:n]).all()

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from ecomjax import constants as C
+from ecomjax.compact import compact
 from ecomjax.registry import module
 from ecomjax.types import (
     Observation,
@@ -130,13 +131,17 @@ def _remember_shocks(mem: JourneyMemory, events: jax.Array) -> tuple[jax.Array, 
 
 def _events_view(mem_shocked: jax.Array, n_shocked: jax.Array, first: jax.Array, n: int):
     """int32 [n]: shocked ids for a plan's view: those in ``first`` (its stored answer)
-    ahead of the rest, the rest most recent first."""
+    ahead of the rest, the rest most recent first. A stable partition of the ring read
+    newest first (two prefix-count compactions; a sort here ran 7 times a turn)."""
     size = mem_shocked.shape[0]
-    age = (n_shocked - 1 - jnp.arange(size)) % size  # 0 = the latest entry
-    hit = (mem_shocked[:, None] == first[None, :]).any(-1) & (mem_shocked >= 0)
-    order = jnp.lexsort((age, ~hit))
-    out = mem_shocked[order]
-    return jnp.pad(out, (0, max(0, n - out.shape[0])), constant_values=-1)[:n]
+    newest_first = mem_shocked[(n_shocked - 1 - jnp.arange(size)) % size]
+    hit = (newest_first[:, None] == first[None, :]).any(-1) & (newest_first >= 0)
+    m = min(n, size)
+    ahead, rest = compact(newest_first, hit, m), compact(newest_first, ~hit, m)
+    i = jnp.arange(m)
+    n_hit = hit.sum()
+    out = jnp.where(i < n_hit, ahead, rest[jnp.clip(i - n_hit, 0, m - 1)])
+    return jnp.pad(out, (0, n - m), constant_values=-1)
 
 
 def act(mem: JourneyMemory, obs: Observation, catalog, sub=0):

@@ -118,17 +118,12 @@ def read_cards(cards: Cards, obs: Observation, expect: jax.Array) -> Cards:
     return cards.replace(ids=jnp.where(hit, -1, cards.ids), dropped=cards.dropped + hit.sum())
 
 
-def first_occurrence(ids: jax.Array) -> jax.Array:
-    n = ids.shape[0]
-    earlier = (ids[None, :] == ids[:, None]) & (jnp.arange(n)[None, :] < jnp.arange(n)[:, None])
-    return ~earlier.any(-1)
-
-
 def valid_cards(catalog: Catalog, cards: Cards, slots: SlotMemory) -> jax.Array:
-    """bool [R]: cards that satisfy every known constraint and show stock."""
+    """bool [R]: cards that satisfy every known constraint and show stock. The cards are
+    one search's results, which never repeat a product (SPEC §5.1, tests/test_search.py),
+    so no duplicate check is needed (a pairwise one cost a third of this plan's turn)."""
     attr, op, val = constraints_from_slots(slots.known, slots.value, slots.op)
-    ok = (cards.ids >= 0) & (cards.stock > 0) & feasible(catalog, cards.ids, attr, op, val)
-    return ok & first_occurrence(cards.ids)
+    return (cards.ids >= 0) & (cards.stock > 0) & feasible(catalog, cards.ids, attr, op, val)
 
 
 def enough(cards: Cards, valid: jax.Array, k: jax.Array) -> jax.Array:
@@ -138,10 +133,20 @@ def enough(cards: Cards, valid: jax.Array, k: jax.Array) -> jax.Array:
 
 
 def top_by(ids: jax.Array, valid: jax.Array, key: jax.Array, k: jax.Array) -> jax.Array:
-    """int32 [MAX_ANSWER_IDS]: the k valid ids of highest key (stable), -1 padded."""
-    order = jnp.argsort(jnp.where(valid, -key, jnp.inf), stable=True)
-    best = ids[order][: C.MAX_K_REC]
-    live = valid[order][: C.MAX_K_REC] & (jnp.arange(C.MAX_K_REC) < k)
+    """int32 [MAX_ANSWER_IDS]: the k valid ids of highest key (stable), -1 padded.
+
+    MAX_K_REC first-maximum picks (``argmax`` returns the lowest index among ties, so the
+    order is the stable sort's): a stable sort of all R cards cost more than the rest of
+    the plan."""
+    left = jnp.where(valid, key.astype(jnp.float32), -jnp.inf)
+    pos = jnp.arange(left.shape[0])
+    picks = []
+    for _ in range(C.MAX_K_REC):
+        j = jnp.argmax(left)
+        picks.append(jnp.where(left[j] > -jnp.inf, ids[j], -1))
+        left = jnp.where(pos == j, -jnp.inf, left)
+    best = jnp.stack(picks)
+    live = (best >= 0) & (jnp.arange(C.MAX_K_REC) < k)
     out = jnp.full(C.MAX_ANSWER_IDS, -1, jnp.int32)
     return out.at[: C.MAX_K_REC].set(jnp.where(live, best, -1))
 

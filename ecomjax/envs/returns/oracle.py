@@ -114,17 +114,19 @@ def _read_results(mem: ReturnMemory, obs: Observation, catalog: Catalog) -> Retu
     # Replacement: the first in-stock search card (distractors ignore filters) that
     # satisfies C_rep and is not the returned product itself.
     attr, op, val = _constraints(mem)
+    # The plan issues one search a turn: read that slot's cards only (checking every
+    # slot's 200 cards against C_rep was most of this plan's cost).
     is_search = (res.tool == T.CATALOG_SEARCH) & (res.error == 0)
-    ids = res.search.ids
+    i = jnp.argmax(is_search)
+    ids = res.search.ids[i]
     ok = (
-        is_search[:, None]
+        is_search[i]
         & (ids >= 0)
-        & (res.search.stock > 0)
+        & (res.search.stock[i] > 0)
         & (ids != mem.line_pid)
         & feasible(catalog, ids, attr, op, val)
     )
-    flat = ok.reshape(-1)
-    cand = jnp.where(flat.any(), ids.reshape(-1)[jnp.argmax(flat)], -1)
+    cand = jnp.where(ok.any(), ids[jnp.argmax(ok)], -1)
     return mem.replace(cand=jnp.where(mem.cand >= 0, mem.cand, cand))
 
 
