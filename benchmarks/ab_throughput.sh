@@ -24,6 +24,11 @@ out="$root/benchmarks/results/ab_throughput.jsonl"
 tree=$(mktemp -d)
 trap 'git -C "$root" worktree remove --force "$tree" >/dev/null 2>&1 || true' EXIT
 git -C "$root" worktree add -q --detach "$tree" "$rev"
+# setup.py maps the top-level kernels/, llm_bridge/ and train/ into ecomjax.*; without these
+# links the editable install's finder would serve the old side this checkout's copies.
+for part in kernels llm_bridge train; do
+  [ -d "$tree/$part" ] && [ ! -e "$tree/ecomjax/$part" ] && ln -s "../$part" "$tree/ecomjax/$part"
+done
 old=$(git -C "$tree" rev-parse --short HEAD)
 new="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- ecomjax kernels || echo +dirty)"
 for _ in $(seq "$rounds"); do

@@ -1,4 +1,5 @@
-"""Stable compaction of masked entries without sorting.
+"""Small per-episode vector helpers: stable compaction of masked entries without sorting,
+and membership in a sorted table.
 
 XLA's CPU sort is a comparator loop, so ``argsort(~keep, stable=True)`` over a few hundred
 entries per episode dominated whole turns. A prefix count gives each kept entry its
@@ -25,3 +26,10 @@ def compact(values: jax.Array, keep: jax.Array, k: int, fill=-1) -> jax.Array:
     dest = jnp.where(keep & (pos < k), pos, k)
     out = jnp.full((k, *values.shape[1:]), fill, values.dtype)
     return out.at[dest].set(values, mode="drop")
+
+
+def in_sorted(table: jax.Array, x: jax.Array) -> jax.Array:
+    """bool, shape of ``x``: ``x`` is an entry of the ascending 1-D ``table``. Testing many
+    candidates against one exclusion list: sort it once, then O(log n) per test, not O(n)."""
+    pos = jnp.clip(jnp.searchsorted(table, x), 0, table.shape[0] - 1)
+    return table[pos] == x

@@ -41,7 +41,6 @@ def enable(path: str | os.PathLike | None = None, enabled: bool = True) -> Path 
     jax.config.update("jax_enable_compilation_cache", True)
     jax.config.update("jax_compilation_cache_dir", str(where))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_S)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return where
 
 

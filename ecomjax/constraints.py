@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ecomjax import constants as C
+from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
 from ecomjax.compact import first_true
 from ecomjax.predicates import SCALE, TOL, disc_values, num_values_scaled
@@ -155,7 +156,6 @@ def to_filters(attr: jax.Array, op: jax.Array, val: jax.Array) -> tuple[jax.Arra
 
 SLACK_BITS = 16  # δ = j / 2^16 with j ~ U{0..⌊δ_max·2^16⌋}
 SLACK_ONE = 1 << SLACK_BITS
-_DELTA_MAX_Q = np.floor(0.5 * np.exp(-np.arange(C.D_MAX + 1) / 5.0) * SLACK_ONE).astype(np.int32)
 # r / inv correctly rounded to float32, rows inv = 1, 10, 100.
 _FRAC = np.zeros((3, 100), np.float32)
 _FRAC[1, :10] = np.arange(10) / 10.0
@@ -163,12 +163,10 @@ _FRAC[2] = np.arange(100) / 100.0
 
 
 def slack_max(d: jax.Array, params: EnvParams) -> jax.Array:
-    """int32: ⌊δ_max(d)·2^16⌋ from a host table (an override is a static float), so δ is
-    the same in every program; jnp.exp inside a fusion is not."""
-    ov = params.overrides.delta_max if params.overrides is not None else None
-    if ov is not None:
-        return jnp.int32(min(int(np.floor(float(ov) * SLACK_ONE)), SLACK_ONE))
-    return jnp.asarray(_DELTA_MAX_Q)[jnp.clip(jnp.asarray(d, jnp.int32), 0, C.D_MAX)]
+    """int32: ⌊δ_max(d)·2^16⌋. δ_max comes from difficulty's per-d table (or a static
+    override) and the scaling by 2^16 is exact, so δ is the same in every program."""
+    dm = D.difficulty(d, params.overrides).delta_max
+    return jnp.minimum(jnp.floor(dm * SLACK_ONE), SLACK_ONE).astype(jnp.int32)
 
 
 def _ceil_slack(x: jax.Array, j: jax.Array) -> jax.Array:

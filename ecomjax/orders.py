@@ -23,14 +23,8 @@ import jax.numpy as jnp
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
-from ecomjax.sampling import (
-    first_valid,
-    in_category,
-    in_sorted,
-    sorted_set,
-    stream,
-    taken_products,
-)
+from ecomjax.compact import in_sorted
+from ecomjax.sampling import first_valid, in_category, stream, taken_products
 from ecomjax.types import Problem
 from ecomjax.world import safe
 
@@ -225,7 +219,7 @@ def build_history(key: jax.Array, catalog: Catalog, problem: Problem, h: jax.Arr
     (so every line has an identifying description in any scope), avoiding products that
     earlier sub-goals use; qty U{1..3}."""
     h = jnp.clip(jnp.asarray(h, I32), 1, MO)
-    taken = sorted_set(taken_products(problem))
+    taken = jnp.sort(taken_products(problem))
     okp = _line_ok(catalog)
     n = catalog.n_products
 
@@ -346,8 +340,8 @@ def history_desc(catalog: Catalog, problem: Problem, pid: jax.Array) -> tuple[ja
 
 def witness_for(key: jax.Array, catalog: Catalog, pid: jax.Array, avoid: jax.Array) -> jax.Array:
     """A uniform in-stock product of ``pid``'s category other than ``pid`` and the
-    products in ``avoid`` (a ``sampling.sorted_set``); -1 if none was found (then the
-    category has no other usable product)."""
+    products in ``avoid`` (sorted ascending, for ``compact.in_sorted``); -1 if none was
+    found (then the category has no other usable product)."""
     cat = catalog.category[safe(pid)].astype(I32)
     lo, hi = in_category(catalog, cat)
 

@@ -39,18 +39,6 @@ def first_valid(
     return jnp.where(good.any(), cand[jnp.argmax(good)], -1)
 
 
-def sorted_set(values: jax.Array) -> jax.Array:
-    """``values`` flattened and sorted, for ``in_sorted``: a generator that tests many
-    candidates against one exclusion list sorts it once (O(log n) per test, not O(n))."""
-    return jnp.sort(values.reshape(-1).astype(jnp.int32))
-
-
-def in_sorted(table: jax.Array, x: jax.Array) -> jax.Array:
-    """bool, shape of ``x``: ``x`` is an entry of the sorted ``table`` (``sorted_set``)."""
-    pos = jnp.clip(jnp.searchsorted(table, x), 0, table.shape[0] - 1)
-    return table[pos] == x
-
-
 def in_category(catalog: Catalog, cat: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Bounds of a category's run in ``cat_order``."""
     return catalog.cat_offsets[cat], catalog.cat_offsets[cat + 1]

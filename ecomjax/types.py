@@ -563,7 +563,6 @@ class World:
     seen: jax.Array  # bool [N or M], product ids already delivered to the agent
     used: jax.Array  # int32 [MAX_USED_IDS], distinct product ids the agent used
     used_hall: jax.Array  # bool [MAX_USED_IDS], not in Seen at first use
-    used_by_tool: jax.Array  # bool [MAX_USED_IDS], used by cart_add / return_exchange
     n_used: jax.Array  # int32
     n_searches: jax.Array  # int32, search-call counter (stream SEARCH)
     ret_order: jax.Array  # int32 [MAX_RETURNS]

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from ecomjax import constants as C
 from ecomjax import exposure as X
 from ecomjax.catalog.types import Catalog
+from ecomjax.compact import in_sorted
 from ecomjax.types import Problem, World
 
 I32 = jnp.int32
@@ -32,7 +33,6 @@ def init_world(
         **X.init_fields(n_products, seen_capacity, forced_oos),
         used=jnp.full(mu, -1, I32),
         used_hall=jnp.zeros(mu, bool),
-        used_by_tool=jnp.zeros(mu, bool),
         n_used=I32(0),
         n_searches=I32(0),
         ret_order=jnp.full(mr, -1, I32),
@@ -116,19 +116,15 @@ def cart_fingerprint(world: World) -> jax.Array:
     return jnp.sum(jnp.where(active, h, 0), dtype=jnp.uint32).astype(I32) | 1
 
 
-def record_use(world: World, pid: jax.Array, by_tool: jax.Array, enabled: jax.Array) -> World:
+def record_use(world: World, pid: jax.Array, enabled: jax.Array) -> World:
     """Adds a used product id (SPEC §7). Hallucination is judged against Seen at first use."""
     present = (world.used == pid) & (jnp.arange(C.MAX_USED_IDS) < world.n_used)
     is_new = enabled & (pid != -1) & ~present.any() & (world.n_used < C.MAX_USED_IDS)
     slot = world.n_used
     unseen = ~X.is_seen(world, pid)
-    tool_flag = jnp.where(present.any(), present & by_tool & enabled, False)
     return world.replace(
         used=jnp.where(is_new, world.used.at[slot].set(pid), world.used),
         used_hall=jnp.where(is_new, world.used_hall.at[slot].set(unseen), world.used_hall),
-        used_by_tool=jnp.where(
-            is_new, world.used_by_tool.at[slot].set(by_tool), world.used_by_tool | tool_flag
-        ),
         n_used=world.n_used + is_new.astype(I32),
     )
 
@@ -162,7 +158,7 @@ def record_uses(world: World, pids: jax.Array, enabled: jax.Array) -> World:
     first = ids != jnp.concatenate([jnp.full(1, big - 1, I32), ids[:-1]])
     live_used = jnp.where(jnp.arange(C.MAX_USED_IDS) < world.n_used, world.used, big)
     used_sorted = jnp.sort(live_used)
-    hit = used_sorted[jnp.clip(jnp.searchsorted(used_sorted, ids), 0, C.MAX_USED_IDS - 1)] == ids
+    hit = in_sorted(used_sorted, ids)
     new = (ids != big) & first & ~hit
     pos = world.n_used + jnp.cumsum(new) - 1
     dest = jnp.where(new & (pos < C.MAX_USED_IDS), pos, C.MAX_USED_IDS)
@@ -170,6 +166,5 @@ def record_uses(world: World, pids: jax.Array, enabled: jax.Array) -> World:
     return world.replace(
         used=world.used.at[dest].set(ids, mode="drop"),
         used_hall=world.used_hall.at[dest].set(unseen, mode="drop"),
-        used_by_tool=world.used_by_tool.at[dest].set(False, mode="drop"),
         n_used=jnp.minimum(world.n_used + new.sum(), C.MAX_USED_IDS).astype(I32),
     )

@@ -180,10 +180,8 @@ def _running_topk(
     """
     kc = min(k, c)
 
-    Carry = tuple[jax.Array, jax.Array, jax.Array]
-
-    def body(carry: Carry, i: jax.Array) -> tuple[Carry, None]:
-        best_s, best_i, count = carry
+    def candidates(i: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Chunk i's exact top-kc candidates (no fixed order) and its count of valid rows."""
         s, ids = step(i)
         # Barriers: XLA:CPU vectorises a reduction that reads a materialised array but not
         # one with fused compares/selects (~6x slower, measured at [256, 65536]); writing
@@ -191,23 +189,26 @@ def _running_topk(
         s = lax.optimization_barrier(_canon(s))
         ids = jnp.broadcast_to(ids, s.shape).astype(jnp.int32)
         valid = lax.optimization_barrier((s > _NEG_INF).astype(jnp.float32))
-        count = count + jnp.sum(valid, axis=-1).astype(jnp.int32)  # exact: C < 2^24
+        count = jnp.sum(valid, axis=-1).astype(jnp.int32)  # exact: C < 2^24
         cand_s, cand_i = _chunk_candidates(s, ids, kc, group)
-        best_s, best_i = _merge(best_s, best_i, cand_s, cand_i, k)
-        return (best_s, best_i, count), None
+        return cand_s, cand_i, count
 
     init = _empty(q, k)
-    if n_steps == 1:  # one chunk (a catalog up to ``chunk`` rows): no running block to merge
-        s, ids = step(jnp.int32(0))
-        s = _canon(s)
-        ids = jnp.broadcast_to(ids, s.shape).astype(jnp.int32)
-        count = jnp.sum(s > _NEG_INF, axis=-1, dtype=jnp.int32)
-        cand_s, cand_i = _chunk_candidates(s, ids, kc, group)
-        neg, idx = lax.sort((-cand_s, cand_i), dimension=-1, num_keys=2)
-        pad = k - neg.shape[-1]
-        best_s = jnp.pad(-neg, ((0, 0), (0, pad)), constant_values=_NEG_INF)
-        best_i = jnp.pad(idx, ((0, 0), (0, pad)), constant_values=-1)
-        return _finish(best_s, best_i, count)
+    if n_steps == 1:  # one chunk (a catalog up to ``chunk`` rows): nothing to merge into
+        cand_s, cand_i, count = candidates(jnp.int32(0))
+        best_s, best_i = _merge(init.scores[:, :0], init.indices[:, :0], cand_s, cand_i, k)
+        pad = ((0, 0), (0, k - best_s.shape[-1]))
+        best_s = jnp.pad(best_s, pad, constant_values=_NEG_INF)
+        return _finish(best_s, jnp.pad(best_i, pad, constant_values=-1), count)
+
+    Carry = tuple[jax.Array, jax.Array, jax.Array]
+
+    def body(carry: Carry, i: jax.Array) -> tuple[Carry, None]:
+        best_s, best_i, count = carry
+        cand_s, cand_i, n = candidates(i)
+        best_s, best_i = _merge(best_s, best_i, cand_s, cand_i, k)
+        return (best_s, best_i, count + n), None
+
     (best_s, best_i, count), _ = lax.scan(
         body, (init.scores, init.indices, init.n_valid), jnp.arange(n_steps, dtype=jnp.int32)
     )

@@ -11,6 +11,7 @@ from ecomjax import compile_cache
 
 RUN = [sys.executable, "-m", "ecomjax.cli", "run", "--tasks", "STATUS", "--batch", "16"]
 RUN += ["--rounds", "1", "--catalog-size", "200", "--json"]
+HIT = "Persistent compilation cache hit for 'jit_round_fn'"
 
 
 def _entries(path: Path) -> set[str]:
@@ -36,13 +37,16 @@ def test_default_dir_follows_the_environment(monkeypatch, tmp_path):
 
 
 def test_a_second_launch_reuses_every_compiled_program(tmp_path):
-    """The first `ecomjax run` writes its programs; the second finds all of them (it
-    writes no new entry), and --no-compile-cache writes nothing anywhere."""
+    """The first `ecomjax run` writes its programs; the second loads the round from them
+    (JAX logs each persistent-cache hit when JAX_LOG_COMPILES is set) and writes no new
+    entry, and --no-compile-cache writes nothing anywhere."""
     cache = tmp_path / "cache"
-    _run("--compile-cache", str(cache))
+    cold = _run("--compile-cache", str(cache), env={"JAX_LOG_COMPILES": "1"})
     first = _entries(cache)
     assert first, "the first launch wrote no cache entry"
-    _run("--compile-cache", str(cache))
+    assert HIT not in cold.stderr
+    warm = _run("--compile-cache", str(cache), env={"JAX_LOG_COMPILES": "1"})
+    assert HIT in warm.stderr
     assert _entries(cache) == first
     off = tmp_path / "off"
     _run("--no-compile-cache", env={"ECOMJAX_CACHE_DIR": str(off)})

@@ -201,7 +201,7 @@ def _run_call(
     row = _select_rows(tool, rows, _row())
 
     uses = is_add | (tool == T.RETURN_EXCHANGE)
-    world_after = record_use(cart_world, pid, jnp.bool_(True), uses)
+    world_after = record_use(cart_world, pid, uses)
     changed = (is_add | is_setq) & (cart_err == E.NONE)
 
     is_ask = tool == T.ASK_USER

@@ -22,7 +22,7 @@ from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax import exposure as X
 from ecomjax.catalog.types import Catalog
-from ecomjax.compact import compact, first_true
+from ecomjax.compact import compact, first_true, in_sorted
 from ecomjax.kernels.topk import category_slice_topk, masked_topk
 from ecomjax.predicates import disc_values, filters_pass, num_values_scaled
 from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, no_search
@@ -130,14 +130,18 @@ def _ranked_candidates(
     return top.indices[0], top.n_valid[0], qvec, mode
 
 
+def n_distractors(diff: D.Difficulty, n: jax.Array) -> jax.Array:
+    """D = round(eps_rank(d)·n) distractors among n results (SPEC §5.1 step 4)."""
+    return jnp.round(diff.eps_rank * n).astype(jnp.int32)
+
+
 @functools.lru_cache(maxsize=64)
 def max_distractors(params: EnvParams) -> int:
     """The most distractors any search can mix in under ``params`` (static): max over d of
     round(eps_rank(d)·top_k(d)), 20 under SPEC's schedule, at most R under overrides."""
     with jax.ensure_compile_time_eval():
         diff = D.difficulty(jnp.arange(C.D_MAX + 1), params.overrides)
-        n_dist = jnp.round(diff.eps_rank * jnp.minimum(diff.top_k, 500)).astype(jnp.int32)
-        return int(min(max(int(n_dist.max()), 1), R))
+        return int(min(max(int(n_distractors(diff, diff.top_k).max()), 1), R))
 
 
 def _mix_distractors(
@@ -171,7 +175,7 @@ def _mix_distractors(
     pos = jnp.minimum(pos, jnp.maximum(hi - 1, lo)[:, None])
     cand = jnp.where(n_true > 0, catalog.cat_order[pos], pos)
     true_sorted = jnp.sort(jnp.where(slots < n_true, true_ids, jnp.iinfo(jnp.int32).max))
-    hit = true_sorted[jnp.clip(jnp.searchsorted(true_sorted, cand), 0, R - 1)] == cand
+    hit = in_sorted(true_sorted, cand)
     ok = ~hit & (hi > lo)[:, None]
     rows = jnp.arange(max_dist)
     pick = jnp.where(ok.any(-1) & (dslot >= 0), cand[rows, jnp.argmax(ok, -1)], -1)
@@ -218,7 +222,7 @@ def finish_slot(
     qvec, mode = _query(catalog, action, slot)
     diff = D.difficulty(state.problem.d, params.overrides)
     n = jnp.minimum(jnp.clip(action.qty[slot], 1, 500), diff.top_k)
-    n_dist = jnp.round(diff.eps_rank * n).astype(jnp.int32)
+    n_dist = n_distractors(diff, n)
     n_true = jnp.minimum(n_valid, n - n_dist)
     skey = jax.random.fold_in(jax.random.fold_in(state.key, C.STREAM["SEARCH"]), counter)
     mixed = _mix_distractors(skey, catalog, ids, n_true, n_dist, max_distractors(params))

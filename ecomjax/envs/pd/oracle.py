@@ -136,8 +136,8 @@ def top_by(ids: jax.Array, valid: jax.Array, key: jax.Array, k: jax.Array) -> ja
     """int32 [MAX_ANSWER_IDS]: the k valid ids of highest key (stable), -1 padded.
 
     MAX_K_REC first-maximum picks (``argmax`` returns the lowest index among ties, so the
-    order is the stable sort's): a stable sort of all R cards cost more than the rest of
-    the plan."""
+    order is the stable sort's), instead of a stable sort of all R cards, which XLA:CPU
+    runs as a comparator loop."""
     left = jnp.where(valid, key.astype(jnp.float32), -jnp.inf)
     pos = jnp.arange(left.shape[0])
     picks = []

@@ -13,7 +13,7 @@ from ecomjax import orders as O
 from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import ATTR_SLOT, attr_mask, gen_constraints, write_constraint_slots
 from ecomjax.envs.cart.generator import omission
-from ecomjax.sampling import base_problem, sorted_set, stream, taken_products
+from ecomjax.sampling import base_problem, stream, taken_products
 from ecomjax.types import EnvParams, Problem
 
 S = C.Slot
@@ -29,7 +29,7 @@ def _target(key: jax.Array, catalog: Catalog, problem: Problem):
     with a line whose category has another usable in-stock product, then a uniform such
     line of it (the SPEC's redraw), with that line's witness draw."""
     k_wit, k_order, k_line = jax.random.split(key, 3)
-    avoid = sorted_set(taken_products(problem))
+    avoid = jnp.sort(taken_products(problem))
     o = jnp.repeat(jnp.arange(MO), ML)
     j = jnp.tile(jnp.arange(ML), MO)
     wit = jax.vmap(

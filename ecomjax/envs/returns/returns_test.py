@@ -435,7 +435,7 @@ def _world(catalog, returns, seen=True):
     if seen:
         w = X.insert(w, pids, catalog.n_products, seen=True, oos=False)
     for x in pids.tolist():
-        w = record_use(w, jnp.int32(x), jnp.bool_(True), jnp.bool_(x >= 0))
+        w = record_use(w, jnp.int32(x), jnp.bool_(x >= 0))
     for k, (o, j, r, m, x, a) in enumerate(returns):
         w = w.replace(
             ret_order=w.ret_order.at[k].set(o),
