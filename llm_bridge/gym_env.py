@@ -6,16 +6,22 @@ turn (model text in ``fmt``, or a message dict), the observation is text (or the
 and the reward is the episode reward, paid at the end (0 before). ``truncated`` means the turn
 limit ended the episode (termination reason ``t_max``); every other end is ``terminated``.
 
-gymnasium is optional: with it installed, ``EcomjaxTextEnv`` is a ``gymnasium.Env`` with text
-spaces and ``register()`` adds the id ``ecomjax/Text-v0``; without it, the class has the same
-methods on ``object``.
+gymnasium is optional: with it installed, ``EcomjaxTextEnv`` is a ``gymnasium.Env`` that passes
+``gymnasium.utils.env_checker.check_env`` in every ``obs_mode`` and ``fmt``, and ``register()``
+adds the id ``ecomjax/Text-v0`` (``gymnasium.make`` and ``gymnasium.make_vec``); without it,
+the class has the same methods on ``object``.
 """
 
 from __future__ import annotations
 
+import copy
+import json
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+from ecomjax.llm_bridge.parse import FORMATS, MAX_TEXT_CHARS, format_turn
 from ecomjax.llm_bridge.session import FAST_COMPILE, CatalogText, Session
 
 from ecomjax import constants as C
@@ -30,6 +36,38 @@ except ModuleNotFoundError:  # pragma: no cover - exercised only without gymnasi
 
 MAX_SEED = 2**32 - 1
 ENV_ID = "ecomjax/Text-v0"
+MAX_OBS_CHARS = 1 << 24  # an observation (text or a whole transcript): far above any episode
+
+# What the spaces sample (see ``TurnSpace``): calls that are well-formed in every family, a
+# customer-facing line, and words for free text.
+SAMPLE_CALLS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("cart_view", ()),
+    ("catalog_list_categories", ()),
+    ("order_list", ()),
+    ("datetime_now", ()),
+    ("user_get_visit_history", ()),
+    ("catalog_search", ("query",)),
+    ("policy_search", ("query",)),
+)
+SAMPLE_LINES = (
+    "Could you tell me a bit more about what you need?",
+    "Let me look into that for you.",
+    "Thanks, one moment please.",
+    "Is there a budget or a brand you prefer?",
+)
+SAMPLE_WORDS = (
+    "usb", "charger", "cable", "phone", "case", "laptop", "bag", "shoes", "jacket", "kettle",
+    "lamp", "desk", "chair", "headphones", "return", "window", "refund", "shipping", "order",
+    "delivery", "warranty", "size", "colour", "red", "blue", "black", "small",
+)  # fmt: skip
+
+_MESSAGE_KEYS = {
+    "system": frozenset({"role", "content"}),
+    "user": frozenset({"role", "content"}),
+    "event": frozenset({"role", "content"}),
+    "assistant": frozenset({"role", "content"}),  # plus an optional "tool_calls"
+    "tool": frozenset({"role", "tool_call_id", "name", "content"}),
+}
 
 
 def message_text(m: Mapping[str, Any]) -> str:
@@ -52,6 +90,12 @@ def messages_text(messages: Sequence[Mapping[str, Any]]) -> str:
     return "\n\n".join(message_text(m) for m in messages)
 
 
+def next_seed(seed: int) -> int:
+    """The seed of the unseeded reset after episode ``seed``: a uint32 drawn from a PCG64
+    generator seeded with it (a fixed function of the seed; ``np_random`` is left as seeded)."""
+    return int(np.random.Generator(np.random.PCG64(seed)).integers(0, MAX_SEED + 1))
+
+
 def pick_family(family: str | None, collection: str | None, seed: int) -> str:
     """An explicit family, else ``collection[seed % len]`` (the server's rule)."""
     if family is not None:
@@ -68,27 +112,200 @@ def pick_family(family: str | None, collection: str | None, seed: int) -> str:
     return members[seed % len(members)]
 
 
+def _words(rng: Any, lo: int = 1, hi: int = 6) -> str:
+    n = int(rng.integers(lo, hi + 1))
+    return " ".join(SAMPLE_WORDS[int(i)] for i in rng.integers(0, len(SAMPLE_WORDS), n))
+
+
+def _sample_call(rng: Any) -> tuple[str, dict[str, str]]:
+    name, keys = SAMPLE_CALLS[int(rng.integers(len(SAMPLE_CALLS)))]
+    return name, {k: _words(rng) for k in keys}
+
+
+def _is_call(c: Any) -> bool:
+    """An assistant ``tool_calls`` entry as the session writes it (``render._call``)."""
+    if not isinstance(c, Mapping) or set(c) != {"id", "type", "function"}:
+        return False
+    fn = c["function"]
+    return (
+        isinstance(c["id"], str)
+        and c["type"] == "function"
+        and isinstance(fn, Mapping)
+        and set(fn) == {"name", "arguments"}
+        and isinstance(fn["name"], str)
+        and isinstance(fn["arguments"], str)
+    )
+
+
+def _message_chars(m: Any) -> int | None:
+    """The characters of one well-formed transcript message, else None."""
+    if not isinstance(m, Mapping):
+        return None
+    role = m.get("role")
+    keys = _MESSAGE_KEYS.get(role) if isinstance(role, str) else None
+    if keys is None:
+        return None
+    calls = m.get("tool_calls", []) if role == "assistant" else []
+    if set(m) - ({"tool_calls"} if role == "assistant" else set()) != keys:
+        return None
+    if not isinstance(calls, list) or not all(_is_call(c) for c in calls):
+        return None
+    strings = [m[k] for k in keys if k != "role"]
+    if not all(isinstance(v, str) for v in strings):
+        return None
+    return sum(map(len, strings)) + sum(
+        len(c["id"]) + len(c["function"]["name"]) + len(c["function"]["arguments"]) for c in calls
+    )
+
+
 if _gym is not None:
 
     class TextSpace(_gym.spaces.Space):
-        """Any string up to ``max_length`` characters (gymnasium's ``Text`` space restricts
-        the charset, which chat text does not fit)."""
+        """Any string of at most ``max_length`` characters: the ``obs_mode="text"``
+        observation. gymnasium's ``Text`` space fixes a character set, which chat text (any
+        Unicode) does not fit. Equal spaces compare and hash equal (``make_vec`` compares the
+        sub-envs' spaces); ``sample()`` draws words with the space's seeded RNG."""
 
-        def __init__(self, max_length: int = 1 << 18, allow_dict: bool = False):
-            super().__init__((), str)
-            self.max_length, self.allow_dict = max_length, allow_dict
+        def __init__(self, max_length: int = MAX_OBS_CHARS, seed: int | None = None):
+            if max_length < 0:
+                raise ValueError("max_length must be >= 0")
+            self.max_length = int(max_length)
+            super().__init__(dtype=str, seed=seed)
+
+        @property
+        def is_np_flattenable(self) -> bool:
+            return False
 
         def sample(self, mask: Any = None, probability: Any = None) -> str:
-            return ""
+            if mask is not None or probability is not None:
+                raise ValueError("TextSpace.sample takes no mask or probability")
+            return _words(self.np_random)[: self.max_length]
 
         def contains(self, x: Any) -> bool:
-            if self.allow_dict and isinstance(x, Mapping):
-                return True
             return isinstance(x, str) and len(x) <= self.max_length
+
+        def __eq__(self, other: object) -> bool:
+            return type(other) is type(self) and other.max_length == self.max_length
+
+        def __hash__(self) -> int:
+            return hash((type(self).__name__, self.max_length))
+
+        def __repr__(self) -> str:
+            return f"{type(self).__name__}(max_length={self.max_length})"
+
+    class MessagesSpace(_gym.spaces.Space):
+        """A chat transcript, the ``obs_mode="messages"`` observation: a list of message
+        dicts in the session's shapes — ``system``/``user``/``event`` ``{role, content}``,
+        ``assistant`` ``{role, content[, tool_calls]}`` (OpenAI-style calls with JSON string
+        arguments), ``tool`` ``{role, tool_call_id, name, content}`` — all strings, at most
+        ``max_length`` characters in all. gymnasium's ``Sequence(Dict(...))`` does not fit:
+        ``Dict`` needs one key set for every message and ``Sequence`` tuples, while chat
+        templates read lists of role-specific dicts."""
+
+        def __init__(self, max_length: int = MAX_OBS_CHARS, seed: int | None = None):
+            if max_length < 0:
+                raise ValueError("max_length must be >= 0")
+            self.max_length = int(max_length)
+            super().__init__(seed=seed)
+
+        @property
+        def is_np_flattenable(self) -> bool:
+            return False
+
+        def sample(self, mask: Any = None, probability: Any = None) -> list[dict]:
+            """A system and a user message, then 0-2 rounds of a call, its result and a
+            customer reply (an empty transcript if ``max_length`` cannot hold that)."""
+            if mask is not None or probability is not None:
+                raise ValueError("MessagesSpace.sample takes no mask or probability")
+            rng = self.np_random
+            out: list[dict] = [
+                {"role": "system", "content": _words(rng)},
+                {"role": "user", "content": _words(rng)},
+            ]
+            for turn in range(1, int(rng.integers(0, 3)) + 1):
+                name, args = _sample_call(rng)
+                call_id = f"call_{turn}_0"
+                fn = {"name": name, "arguments": json.dumps(args)}
+                call = {"id": call_id, "type": "function", "function": fn}
+                out += [
+                    {"role": "assistant", "content": _words(rng), "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": call_id, "name": name, "content": "{}"},
+                    {"role": "user", "content": _words(rng)},
+                ]
+            return out if self.contains(out) else []
+
+        def contains(self, x: Any) -> bool:
+            if not isinstance(x, list):
+                return False
+            total = 0
+            for m in x:
+                n = _message_chars(m)
+                if n is None:
+                    return False
+                total += n
+            return total <= self.max_length
+
+        def __eq__(self, other: object) -> bool:
+            return type(other) is type(self) and other.max_length == self.max_length
+
+        def __hash__(self) -> int:
+            return hash((type(self).__name__, self.max_length))
+
+        def __repr__(self) -> str:
+            return f"{type(self).__name__}(max_length={self.max_length})"
+
+    class TurnSpace(_gym.spaces.Space):
+        """One assistant turn in ``fmt``: what ``step`` accepts. A string (at most
+        ``MAX_TEXT_CHARS``) in every format; a message dict in "openai"/"json", and one
+        without ``tool_calls`` (its ``content`` is the text) in "hermes"/"qwen_xml".
+        Malformed text is still in the space: the env scores it as a hard fail.
+
+        ``sample()`` (seeded by ``seed()``) returns a well-formed turn written by
+        ``parse.format_turn``: a line to the customer, or one call to a tool whose arguments
+        are valid in every family (``SAMPLE_CALLS``). Why not an answer: its schema depends
+        on the episode's hidden family and a wrong ``env`` is a hard fail (SPEC §4.6), and a
+        space is fixed at construction. Why not ``''``: an empty turn is malformed, so a
+        random policy (and ``check_env``) would only ever see hard fails."""
+
+        def __init__(self, fmt: str = "hermes", seed: int | None = None):
+            if fmt not in FORMATS:
+                raise ValueError(f"unknown format {fmt!r}; expected one of {FORMATS}")
+            self.fmt = fmt
+            self.max_length = MAX_TEXT_CHARS
+            super().__init__(seed=seed)
+
+        @property
+        def is_np_flattenable(self) -> bool:
+            return False
+
+        def sample(self, mask: Any = None, probability: Any = None) -> Any:
+            if mask is not None or probability is not None:
+                raise ValueError("TurnSpace.sample takes no mask or probability")
+            rng = self.np_random
+            k = int(rng.integers(len(SAMPLE_CALLS) + 1))
+            if k == len(SAMPLE_CALLS):
+                return format_turn(self.fmt, SAMPLE_LINES[int(rng.integers(len(SAMPLE_LINES)))])
+            return format_turn(self.fmt, "", [_sample_call(rng)])
+
+        def contains(self, x: Any) -> bool:
+            if isinstance(x, str):
+                return len(x) <= self.max_length
+            if isinstance(x, Mapping):
+                return self.fmt in ("openai", "json") or not x.get("tool_calls")
+            return False
+
+        def __eq__(self, other: object) -> bool:
+            return type(other) is type(self) and other.fmt == self.fmt
+
+        def __hash__(self) -> int:
+            return hash((type(self).__name__, self.fmt))
+
+        def __repr__(self) -> str:
+            return f"{type(self).__name__}(fmt={self.fmt!r})"
 
     _Base: type = _gym.Env
 else:  # pragma: no cover
-    TextSpace = None  # type: ignore[assignment,misc]
+    TextSpace = MessagesSpace = TurnSpace = None  # type: ignore[assignment,misc]
     _Base = object
 
 
@@ -96,13 +313,26 @@ class EcomjaxTextEnv(_Base):  # type: ignore[misc,valid-type]
     """One episode at a time, as text.
 
     ``reset(seed, options)``: ``options`` may give ``family``, ``collection`` and
-    ``difficulty`` (else the constructor's); without a seed, seeds count up from
-    ``seed_start`` (replayable). ``obs_mode="text"`` observes the new messages as text
-    (``messages_text``); ``"messages"`` the whole transcript (for chat templates). ``info``
-    holds the tools, counters, parse summary, reward breakdown and (``expose_goal``, at the
-    end) the hidden goal."""
+    ``difficulty`` (else the constructor's). The episode is fixed by (family, d, seed)
+    (SPEC §12). Every reset seeds ``self.np_random`` with the episode seed
+    (``super().reset``); a reset without a seed takes ``next_seed`` of the previous episode's
+    seed, a pseudo-random uint32 (the first is ``seed_start``). So ``reset(seed=s)`` fixes
+    every unseeded reset after it (gymnasium's rule, which ``check_env`` tests), and the
+    sub-envs of ``make_vec`` (seeded s, s+1, ...) never replay each other's episodes, as a
+    "previous seed plus one" rule would. No clock is read. ``obs_mode="text"`` observes the
+    new messages as text (``messages_text``); ``"messages"`` the whole transcript (for chat
+    templates), a fresh copy each call. ``info`` (a fresh copy too) holds the tools,
+    counters, parse summary, reward breakdown and (``expose_goal``, at the end) the hidden
+    goal.
 
-    metadata = {"render_modes": ["ansi"]}
+    ``gymnasium.make_vec(ENV_ID, num_envs=n, vectorization_mode="sync", ...)`` works (the
+    spaces compare equal); prefer it. "async" needs ``vector_kwargs={"context": "spawn",
+    "shared_memory": False}``: ``fork`` after JAX has started deadlocks, the text spaces
+    have no shared-memory layout, and each spawned worker imports JAX and compiles the env
+    again (about two minutes on a small CPU), so it is not tested."""
+
+    # render_fps: gymnasium's checker asks for one whenever render modes exist; text has none.
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
 
     def __init__(
         self,
@@ -122,6 +352,12 @@ class EcomjaxTextEnv(_Base):  # type: ignore[misc,valid-type]
     ):
         if obs_mode not in ("text", "messages"):
             raise ValueError("obs_mode must be 'text' or 'messages'")
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown format {fmt!r}; expected one of {FORMATS}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}")
+        if not 0 <= int(seed_start) <= MAX_SEED:
+            raise ValueError(f"seed_start must be in 0..{MAX_SEED}")
         if catalog is None:
             from ecomjax.catalog.synthetic import generate_catalog
 
@@ -140,9 +376,10 @@ class EcomjaxTextEnv(_Base):  # type: ignore[misc,valid-type]
         )
         self._next_seed = int(seed_start)
         self.last_seed: int | None = None
-        if TextSpace is not None:
-            self.action_space = TextSpace(allow_dict=True)
-            self.observation_space = TextSpace(max_length=1 << 24)
+        if _gym is not None:
+            self.action_space = TurnSpace(fmt)
+            obs_space = MessagesSpace if obs_mode == "messages" else TextSpace
+            self.observation_space = obs_space(MAX_OBS_CHARS)
 
     # -- gymnasium API ----------------------------------------------------------------------------
 
@@ -153,9 +390,13 @@ class EcomjaxTextEnv(_Base):  # type: ignore[misc,valid-type]
             raise ValueError(f"unknown reset option {sorted(unknown)[0]!r}")
         if seed is None:
             seed = self._next_seed
-            self._next_seed += 1
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        if (
+            isinstance(seed, bool)
+            or not isinstance(seed, numbers.Integral)
+            or not 0 <= seed <= MAX_SEED
+        ):
             raise ValueError(f"seed must be an integer in 0..{MAX_SEED}")
+        seed = int(seed)
         d = int(opts.get("difficulty", self.difficulty))
         if not 0 <= d <= C.D_MAX:
             raise ValueError(f"difficulty must be in 0..{C.D_MAX}")
@@ -164,7 +405,10 @@ class EcomjaxTextEnv(_Base):  # type: ignore[misc,valid-type]
             opts.get("collection", self.collection),
             seed,
         )
+        if _gym is not None:
+            super().reset(seed=seed)  # seeds self.np_random (for wrappers and users)
         self.last_seed = seed
+        self._next_seed = next_seed(seed)
         obs = self.session.reset(fam, d, seed)
         info = self._info(obs)
         info.update(family=fam, difficulty=d, seed=seed)
@@ -196,7 +440,8 @@ class EcomjaxTextEnv(_Base):  # type: ignore[misc,valid-type]
 
     def _obs(self, new: list[dict]) -> Any:
         if self.obs_mode == "messages":
-            return [dict(m) for m in self.session.messages]
+            # A deep copy: the caller may keep or edit it; the session's transcript stays.
+            return copy.deepcopy(self.session.messages)
         return messages_text(new)
 
     def _info(self, obs: dict) -> dict:
@@ -220,11 +465,14 @@ class EcomjaxTextEnv(_Base):  # type: ignore[misc,valid-type]
             from ecomjax.llm_bridge.server import goal_trace
 
             info["trace"] = goal_trace(self.session)
-        return info
+        # A deep copy: the tool schemas are shared by every session and the user acts are
+        # the session's own records; an info must not alias either.
+        return copy.deepcopy(info)
 
 
 def register() -> None:
-    """Registers ``ecomjax/Text-v0`` with gymnasium (``gymnasium.make(ENV_ID, ...)``)."""
+    """Registers ``ecomjax/Text-v0`` with gymnasium (``gymnasium.make(ENV_ID, ...)`` and
+    ``gymnasium.make_vec(ENV_ID, num_envs, vectorization_mode="sync", ...)``)."""
     if _gym is None:
         raise ModuleNotFoundError("gymnasium is not installed", name="gymnasium")
     if ENV_ID not in _gym.registry:
