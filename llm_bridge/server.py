@@ -16,6 +16,7 @@ FastAPI resolves the route functions' annotations at definition time.
 """
 
 import asyncio
+import dataclasses
 import json
 import math
 import re
@@ -30,39 +31,63 @@ from typing import Any
 
 import jax
 import numpy as np
+from ecomjax.llm_bridge import mcp_rpc
 from ecomjax.llm_bridge import schemas as SC
-from ecomjax.llm_bridge.parse import FORMATS, format_turn
+from ecomjax.llm_bridge.parse import FORMATS, MAX_TEXT_CHARS, format_turn
+from ecomjax.llm_bridge.served_curriculum import ServedCurriculum
 from ecomjax.llm_bridge.session import FAST_COMPILE, CatalogText, Session
 from ecomjax.llm_bridge.templates import PRIORITY_WORDS, day_text
+from ecomjax.llm_bridge.warmup import Warmup
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog, CatalogTables
 from ecomjax.orders import METHOD_NAMES, REASON_NAMES, OrderStatus
-from ecomjax.registry import FAMILIES
+from ecomjax.registry import FAMILIES, resolve_tasks
 from ecomjax.types import EnvParams
 
 STATIC_DIR = Path(__file__).with_name("static")
 MAX_SEED = 2**32 - 1  # jax.random.key(seed) wraps above this: 2**32 would replay seed 0
-ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,255}$")  # OpenEnv allows 255 characters
+# The fields a reset / step reads. Others are allowed (OpenEnv's ResetRequest and StepRequest
+# take extra fields, e.g. ``render``), ignored, and named in the observation's
+# ``info.ignored_fields`` so a misspelt one does not pass unnoticed.
 RESET_KEYS = frozenset(
     {"seed", "episode_id", "session_id", "family", "difficulty", "collection", "format"}
 )
 STEP_KEYS = frozenset({"action", "episode_id", "session_id", "timeout_s", "request_id"})
+DESCRIPTION = (
+    "Eight verifiable, multi-turn, tool-using e-commerce environments (product discovery, "
+    "substitution, cart building, return + replacement, order tracking, policy QA, bundle "
+    "planning, multi-intent journeys) with a simulated customer and code-only rewards."
+)
 TEXT_FORMATS = ("hermes", "qwen_xml")
 
 
 @dataclass
 class ServerConfig:
-    """Server options. ``max_sessions`` caps live episodes (HTTP ids plus WebSocket
-    connections); at the cap, finished or idle (``session_ttl_s``) HTTP episodes are dropped
-    oldest first, and a new one is refused with 429 only when none can go.
+    """Server options.
+
+    ``tasks`` (a collection or a family list) are the families a bare reset draws from
+    (``tasks[seed % len]``, seeds from a counter) and the ones warmed up at start
+    (``warmup``); a reset without a difficulty gets the curriculum's draw (``curriculum``),
+    else ``default_difficulty``. Capacity is split so that one kind of client cannot lock the
+    other out: ``max_sessions`` WebSocket connections and ``max_http_sessions`` HTTP/MCP
+    episodes. At the HTTP cap, idle (``session_ttl_s``) then finished episodes are dropped,
+    oldest first; a new one is refused with 429 only when none can go. A reset without an
+    episode id replaces the previous id-less one, so a single-session client holds one slot.
+    ``max_body_bytes`` caps a request body or WebSocket message; a turn's own text is capped
+    at ``parse.MAX_TEXT_CHARS`` (a longer turn is a malformed turn, SPEC §4.2).
     ``expose_goal`` adds the hidden goal to the terminal observation (``info.trace``)."""
 
     max_sessions: int = 256
+    max_http_sessions: int = 64
     max_body_bytes: int = 1 << 20
     session_ttl_s: float = 900.0
     workers: int = 4
     expose_goal: bool = False
+    tasks: str = "C8"
+    warmup: bool = True
+    curriculum: bool = True
     default_difficulty: int = 0
     default_format: str | None = None  # None: "openai" for role/content actions, else "json"
     compiler_options: Mapping[str, Any] | None = field(default_factory=lambda: FAST_COMPILE)
@@ -101,11 +126,12 @@ def jsonable(x: Any) -> Any:
 @dataclass(frozen=True)
 class ResetArgs:
     family: str
-    difficulty: int
+    difficulty: int | None  # None: the server chooses (curriculum or its default)
     seed: int
     collection: str | None
     fmt: str | None
     episode_id: str | None
+    ignored: tuple[str, ...] = ()
 
 
 def _int_field(body: Mapping, key: str, lo: int, hi: int) -> int | None:
@@ -146,16 +172,20 @@ def family_for(collection: str, seed: int) -> str:
     return members[seed % len(members)]
 
 
-def parse_reset(body: Mapping, default_seed: int, default_difficulty: int) -> ResetArgs:
-    """Validates a reset body (SPEC §12: the episode is fixed by family, d and seed)."""
+def parse_reset(
+    body: Mapping,
+    default_seed: int,
+    default_difficulty: int | None,
+    tasks: tuple[str, ...] | None = None,
+) -> ResetArgs:
+    """Validates a reset body (SPEC §12: the episode is fixed by family, d and seed).
+
+    Without a family or a collection the family is ``tasks[seed % len(tasks)]`` (the
+    server's served families); with no ``tasks`` that is an error. Fields other than
+    ``RESET_KEYS`` are ignored and listed in ``ignored``."""
     if not isinstance(body, Mapping):
         raise ApiError(422, "INVALID_BODY", "the reset body must be a JSON object")
-    unknown = sorted(str(k) for k in body if k not in RESET_KEYS)
-    if unknown:
-        allowed = ", ".join(sorted(RESET_KEYS))
-        raise ApiError(
-            422, "UNKNOWN_FIELD", f"unknown reset field {unknown[0][:40]!r}; allowed: {allowed}"
-        )
+    ignored = tuple(sorted(str(k)[:40] for k in body if k not in RESET_KEYS))
     seed = _int_field(body, "seed", 0, MAX_SEED)
     seed = default_seed if seed is None else seed
     d = _int_field(body, "difficulty", 0, C.D_MAX)
@@ -183,9 +213,11 @@ def parse_reset(body: Mapping, default_seed: int, default_difficulty: int) -> Re
         fam = family_for(coll, seed)
         if fam not in FAMILIES:
             raise ApiError(422, "UNKNOWN_FAMILY", f"{fam} is not implemented; available: {landed}")
+    elif tasks:
+        fam = tasks[seed % len(tasks)]
     else:
         raise ApiError(422, "MISSING_FIELD", "reset needs a family or a collection")
-    return ResetArgs(fam, d, seed, coll, fmt, episode_key(body))
+    return ResetArgs(fam, d, seed, coll, fmt, episode_key(body), ignored)
 
 
 def split_action(action: Any, default_fmt: str | None) -> tuple[Any, str]:
@@ -333,7 +365,9 @@ class Episode:
     last_used: float = field(default_factory=time.monotonic)
     args: ResetArgs | None = None
     started: bool = False
+    drawn: bool = False  # the server drew d (the curriculum counts the outcome)
     websocket: bool = False
+    attached: bool = False  # an HTTP/MCP episode a WebSocket (/ws?session_id=) plays
 
 
 class Service:
@@ -357,14 +391,23 @@ class Service:
         self.text = catalog
         self.params = params if params is not None else EnvParams()
         self.config = config if config is not None else ServerConfig()
-        if self.config.max_sessions < 1:
-            raise ValueError("max_sessions must be at least 1")
+        if self.config.max_sessions < 1 or self.config.max_http_sessions < 1:
+            raise ValueError("max_sessions and max_http_sessions must be at least 1")
+        try:
+            self.tasks = resolve_tasks(self.config.tasks)
+        except KeyError as e:
+            raise ValueError(f"tasks: {e.args[0]}") from None
+        if not self.tasks:
+            raise ValueError("tasks names no family")
         self.pool = ThreadPoolExecutor(self.config.workers, thread_name_prefix="ecomjax-env")
-        self.episodes: dict[str, Episode] = {}  # HTTP episodes by id
+        self.episodes: dict[str, Episode] = {}  # HTTP and MCP episodes by id
+        self.default_id: str | None = None  # the episode of id-less HTTP requests
         self.n_ws = 0
         self._seed_counter = 0
         self._compile_lock = threading.Lock()
         self._warm: set[tuple] = set()
+        self.curriculum = ServedCurriculum() if self.config.curriculum else None
+        self.warmup = Warmup(self.tasks, self._warm_family)
         self.stats = {"resets": 0, "steps": 0, "rejected_capacity": 0, "evicted": 0}
 
     # -- sessions and capacity ----------------------------------------------------------------
@@ -382,42 +425,61 @@ class Service:
         return len(self.episodes) + self.n_ws
 
     def _make_room(self) -> None:
-        """At the cap, drop idle-too-long then finished HTTP episodes, oldest first."""
-        if self.active < self.config.max_sessions:
+        """At the HTTP cap, drop idle-too-long then finished HTTP episodes, oldest first
+        (never one a WebSocket is attached to or one that is mid-call)."""
+        cap = self.config.max_http_sessions
+        if len(self.episodes) < cap:
             return
         now = time.monotonic()
         ttl = self.config.session_ttl_s
-        free = [e for e in self.episodes.values() if not e.lock.locked()]
+        free = [e for e in self.episodes.values() if not e.lock.locked() and not e.attached]
         idle = [e for e in free if now - e.last_used > ttl]
         done = [e for e in free if e.session.done and now - e.last_used <= ttl]
         for e in sorted(idle, key=lambda e: e.last_used) + sorted(done, key=lambda e: e.last_used):
-            if self.active < self.config.max_sessions:
+            if len(self.episodes) < cap:
                 return
-            if self.episodes.pop(e.id, None) is not None:
+            if self._drop(e.id):
                 self.stats["evicted"] += 1
-        if self.active >= self.config.max_sessions:
+        if len(self.episodes) >= cap:
             self.stats["rejected_capacity"] += 1
             raise ApiError(
                 429,
                 "CAPACITY_REACHED",
-                f"the server holds its maximum of {self.config.max_sessions} live episodes; "
+                f"the server holds its maximum of {cap} live HTTP episodes; "
                 "finish or close one (POST /close) and retry",
             )
 
+    def _drop(self, eid: str) -> bool:
+        if self.default_id == eid:
+            self.default_id = None
+        return self.episodes.pop(eid, None) is not None
+
     def claim_websocket(self) -> None:
-        self._make_room()
+        if self.n_ws >= self.config.max_sessions:
+            self.stats["rejected_capacity"] += 1
+            raise ApiError(
+                429,
+                "CAPACITY_REACHED",
+                f"the server holds its maximum of {self.config.max_sessions} WebSocket "
+                "sessions; retry when one closes",
+            )
         self.n_ws += 1
 
     def release_websocket(self) -> None:
         self.n_ws -= 1
 
     def http_episode(self, eid: str | None, create: bool) -> Episode:
+        """The episode a request names; without an id, the server's default one (a reset
+        without an id starts a new default and drops the previous one)."""
         if eid is None and not create:
-            raise ApiError(
-                400,
-                "MISSING_EPISODE_ID",
-                "give the episode_id (or session_id) that /reset returned",
-            )
+            if self.default_id is None or self.default_id not in self.episodes:
+                raise ApiError(
+                    400,
+                    "MISSING_EPISODE_ID",
+                    "no episode: POST /reset first, or give the episode_id (or session_id) "
+                    "that /reset returned",
+                )
+            eid = self.default_id
         ep = self.episodes.get(eid) if eid is not None else None
         if ep is None:
             if not create:
@@ -427,23 +489,60 @@ class Service:
                     f"no live episode {eid!r}: call /reset first (it may have "
                     "expired or been closed)",
                 )
+            if eid is None and self.default_id is not None:
+                old = self.episodes.get(self.default_id)
+                if old is not None and not old.lock.locked() and not old.attached:
+                    self._drop(old.id)
             self._make_room()
+            default = eid is None
             eid = eid or uuid.uuid4().hex
             ep = Episode(eid, self.new_session())
             self.episodes[eid] = ep
+            if default:
+                self.default_id = eid
         ep.last_used = time.monotonic()
         return ep
 
     def close(self, eid: str | None) -> bool:
         if eid is None:
-            raise ApiError(400, "MISSING_EPISODE_ID", "give the episode_id to close")
-        return self.episodes.pop(eid, None) is not None
+            eid = self.default_id
+            if eid is None:
+                raise ApiError(400, "MISSING_EPISODE_ID", "give the episode_id to close")
+        return self._drop(eid)
 
     def next_seed(self) -> int:
         """Seeds for resets that give none: a per-server counter, so a run is replayable."""
         seed = self._seed_counter
         self._seed_counter += 1
         return seed
+
+    # -- MCP sessions ---------------------------------------------------------------------------
+
+    async def create_mcp_session(self, body: Mapping) -> Episode:
+        """``openenv/session/create``: a new HTTP episode, reset at once (with the params'
+        reset fields, else the defaults) so that ``tools/call`` can follow."""
+        self.parse(body)  # validate before claiming a slot
+        eid = episode_key(body)
+        if eid is not None and eid in self.episodes:
+            raise ApiError(409, "EPISODE_EXISTS", f"episode {eid!r} exists")
+        self._make_room()
+        ep = Episode(eid or uuid.uuid4().hex, self.new_session())
+        self.episodes[ep.id] = ep
+        await self.reset(ep, body)
+        return ep
+
+    async def mcp_episode(self, sid: Any) -> Episode:
+        """The episode of an HTTP ``tools/call``: ``session_id``'s, else the default one
+        (started with the defaults when there is none yet)."""
+        if sid is not None:
+            if not isinstance(sid, str):
+                raise ApiError(422, "INVALID_FIELD", "session_id must be a string")
+            return self.http_episode(sid, create=False)
+        ep = self.episodes.get(self.default_id) if self.default_id else None
+        if ep is None:
+            ep = self.http_episode(None, create=True)
+            await self.reset(ep, {})
+        return ep
 
     # -- JAX work, in the pool ------------------------------------------------------------------
 
@@ -467,12 +566,22 @@ class Service:
 
         self._guarded(("step",), run)
 
+    def _warm_family(self, family: str) -> None:
+        """Warm-up's unit: the family's reset, then (once) step and search."""
+        self._guarded(("reset", family), lambda: self.new_session().reset(family, 0, 0))
+        if ("step",) not in self._warm:
+            self._warm_step(family)
+
     def _reset_sync(self, s: Session, a: ResetArgs) -> dict:
+        if not self.warmup.wait(a.family):
+            raise ApiError(503, "WARMUP_FAILED", f"{a.family} failed to compile at start-up")
         return self._guarded(("reset", a.family), lambda: s.reset(a.family, a.difficulty, a.seed))
 
     def _step_sync(self, s: Session, output: Any, fmt: str) -> dict:
         if ("step",) not in self._warm:
-            self._warm_step(s.family)
+            self.warmup.wait(s.family)
+            if ("step",) not in self._warm:
+                self._warm_step(s.family)
         return s.step(output, fmt)
 
     async def run(self, fn, *args):
@@ -481,7 +590,12 @@ class Service:
 
     # -- the protocol ---------------------------------------------------------------------------
 
-    def _observation(self, ep: Episode, obs: dict) -> dict:
+    def parse(self, body: Mapping, default_seed: int = 0) -> ResetArgs:
+        """A reset body against this server's defaults (tasks, difficulty)."""
+        d = None if self.curriculum is not None else self.config.default_difficulty
+        return parse_reset(body, default_seed, d, self.tasks)
+
+    def _observation(self, ep: Episode, obs: dict, ignored: tuple[str, ...] = ()) -> dict:
         a = ep.args
         out = dict(obs)
         out["episode_id"] = out["session_id"] = ep.id
@@ -490,30 +604,32 @@ class Service:
         out["format"] = a.fmt
         if self.params.disclose_env_id:
             out["family"] = a.family
+        if ignored:
+            out["info"] = {**obs.get("info", {}), "ignored_fields": list(ignored)}
         if obs["done"] and self.config.expose_goal:
-            out["info"] = {**obs["info"], "trace": goal_trace(ep.session)}
+            out["info"] = {**out.get("info", obs["info"]), "trace": goal_trace(ep.session)}
         return out
 
     async def reset(self, ep: Episode, body: Mapping) -> dict:
-        a = parse_reset(
-            body,
-            self.next_seed() if body.get("seed") is None else 0,
-            self.config.default_difficulty,
-        )
+        a = self.parse(body, self.next_seed() if body.get("seed") is None else 0)
+        drawn = a.difficulty is None
+        if drawn:
+            d = self.curriculum.draw(a.family, a.seed)
+            a = dataclasses.replace(a, difficulty=d)
         async with ep.lock:
             obs = await self.run(self._reset_sync, ep.session, a)
-            if ep.websocket and a.episode_id is not None:
+            if ep.websocket and not ep.attached and a.episode_id is not None:
                 ep.id = a.episode_id  # a WebSocket episode is named by its client
-            ep.args, ep.started = a, True
+            ep.args, ep.started, ep.drawn = a, True, drawn
             ep.last_used = time.monotonic()
             self.stats["resets"] += 1
             return {
-                "observation": jsonable(self._observation(ep, obs)),
+                "observation": jsonable(self._observation(ep, obs, a.ignored)),
                 "reward": None,
                 "done": bool(obs["done"]),
             }
 
-    async def step(self, ep: Episode, action: Any) -> dict:
+    async def step(self, ep: Episode, action: Any, ignored: tuple[str, ...] = ()) -> dict:
         if not ep.started:
             raise ApiError(409, "NOT_RESET", "no episode yet: send a reset first")
         if ep.session.done:
@@ -525,8 +641,11 @@ class Service:
             obs = await self.run(self._step_sync, ep.session, output, fmt)
             ep.last_used = time.monotonic()
             self.stats["steps"] += 1
+            if obs["done"] and ep.drawn and self.curriculum is not None:
+                a = ep.args
+                self.curriculum.record(a.family, a.difficulty, bool(obs["is_correct"]))
             return {
-                "observation": jsonable(self._observation(ep, obs)),
+                "observation": jsonable(self._observation(ep, obs, ignored)),
                 "reward": float(obs["reward"]),
                 "done": bool(obs["done"]),
             }
@@ -566,12 +685,43 @@ class Service:
             "d_max": C.D_MAX,
             "formats": list(FORMATS),
             "default_difficulty": self.config.default_difficulty,
+            "tasks": list(self.tasks),
+            "curriculum": None if self.curriculum is None else self.curriculum.snapshot(),
             "tools": SC.all_tools(with_submit=False),
+            "mcp_tools": [t["name"] for t in mcp_rpc.mcp_tools()],
             "answer_schemas": {e: SC.answer_schema(e) for e in C.ENV_NAMES},
             "expose_goal": self.config.expose_goal,
             "disclose_env_id": self.params.disclose_env_id,
+            "limits": {
+                "max_body_bytes": self.config.max_body_bytes,
+                "max_turn_text_chars": MAX_TEXT_CHARS,
+                "max_sessions": self.config.max_sessions,
+                "max_http_sessions": self.config.max_http_sessions,
+                "session_ttl_s": self.config.session_ttl_s,
+            },
             "max_sessions": self.config.max_sessions,
             "active_sessions": self.active,
+        }
+
+    def health(self) -> dict:
+        """``GET /health``: always "healthy" while serving (OpenEnv's check), with readiness
+        and the warm-up's progress."""
+        return {
+            "status": "healthy",
+            "ready": self.warmup.ready,
+            "warmup": self.warmup.report(),
+            "active_sessions": {"http": len(self.episodes), "websocket": self.n_ws},
+        }
+
+    def metadata(self) -> dict:
+        """``GET /metadata`` (OpenEnv's ``EnvironmentMetadata``)."""
+        return {
+            "name": "ecomjax",
+            "description": DESCRIPTION,
+            "version": "0.1.0",
+            "author": "the ecomjax authors",
+            "documentation_url": None,
+            "readme_content": None,
         }
 
 
@@ -693,12 +843,18 @@ def create_app(
     """The FastAPI app. ``catalog`` defaults to the synthetic one (seed 42, ``catalog_size``
     products); ``options`` are ``ServerConfig`` fields (e.g. ``max_sessions=64``).
 
-    Routes: ``GET /health``, ``GET /schema``, ``GET /info``, ``POST /reset``, ``POST /step``,
-    ``GET /state?episode_id=``, ``POST /close``, WebSocket ``/ws`` (one episode per
-    connection, OpenEnv messages), and the demo page at ``/``."""
+    Routes: ``GET /health`` (readiness and warm-up progress), ``GET /metadata``,
+    ``GET /schema``, ``GET /info``, ``POST /reset``, ``POST /step``, ``GET /state``,
+    ``POST /close`` (without an episode id: the latest id-less reset's episode),
+    ``POST /mcp`` (MCP JSON-RPC: ``tools/list``, ``tools/call``, OpenEnv's sessions),
+    WebSocket ``/ws`` (one episode per connection, OpenEnv messages; ``?session_id=`` plays
+    an MCP session's episode), and the demo page at ``/``. With ``config.warmup`` the served
+    families compile in the background from start-up (``lifespan`` events)."""
+    from contextlib import asynccontextmanager
+
     from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import FileResponse, JSONResponse
+    from fastapi.responses import FileResponse, JSONResponse, Response
     from fastapi.staticfiles import StaticFiles
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -707,8 +863,17 @@ def create_app(
     elif options:
         raise TypeError("give either config or ServerConfig options, not both")
     service = Service(catalog, tables, params, config, catalog_size)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        if config.warmup:
+            service.warmup.start()
+        yield
+
     # No Swagger page: it loads its assets from a CDN. /openapi.json and /schema remain.
-    app = FastAPI(title="ecomjax", version="0.1.0", docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="ecomjax", version="0.1.0", docs_url=None, redoc_url=None, lifespan=lifespan
+    )
     app.state.service = service
 
     def error(status: int, code: str, message: str) -> JSONResponse:
@@ -730,8 +895,8 @@ def create_app(
     async def _internal(request: Request, exc: Exception):
         return error(500, "INTERNAL", "internal server error")
 
-    async def read_json(request: Request) -> dict:
-        """The body as a JSON object, read with a size cap (413) and strict parsing."""
+    async def read_body(request: Request) -> bytes:
+        """The raw body, read with a size cap (413)."""
         limit = config.max_body_bytes
         declared = request.headers.get("content-length")
         if declared is not None:
@@ -745,11 +910,19 @@ def create_app(
             if size > limit:
                 raise ApiError(413, "PAYLOAD_TOO_LARGE", f"the body exceeds {limit} bytes")
             chunks.append(chunk)
-        return loads_object(b"".join(chunks))
+        return b"".join(chunks)
+
+    async def read_json(request: Request) -> dict:
+        """The body as a JSON object, with strict parsing."""
+        return loads_object(await read_body(request), config.max_body_bytes)
 
     @app.get("/health")
     async def health():
-        return {"status": "healthy"}
+        return service.health()
+
+    @app.get("/metadata")
+    async def metadata():
+        return service.metadata()
 
     @app.get("/schema")
     async def schema():
@@ -762,20 +935,24 @@ def create_app(
     @app.post("/reset")
     async def reset(request: Request):
         body = await read_json(request)
-        parse_reset(body, 0, config.default_difficulty)  # validate before claiming a slot
+        service.parse(body)  # validate before claiming a slot
         ep = service.http_episode(episode_key(body), create=True)
         return JSONResponse(await service.reset(ep, body))
 
     @app.post("/step")
     async def step(request: Request):
         body = await read_json(request)
-        unknown = sorted(str(k) for k in body if k not in STEP_KEYS)
-        if unknown:
-            raise ApiError(422, "UNKNOWN_FIELD", f"unknown step field {unknown[0][:40]!r}")
+        ignored = tuple(sorted(str(k)[:40] for k in body if k not in STEP_KEYS))
         if "action" not in body:
             raise ApiError(422, "MISSING_FIELD", "step needs an action")
+        t = body.get("timeout_s")
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0):
+            raise ApiError(422, "INVALID_FIELD", "timeout_s must be a positive number")
+        rid = body.get("request_id")
+        if rid is not None and (not isinstance(rid, str) or len(rid) > 255):
+            raise ApiError(422, "INVALID_FIELD", "request_id must be a string of <= 255 chars")
         ep = service.http_episode(episode_key(body), create=False)
-        return JSONResponse(await service.step(ep, body["action"]))
+        return JSONResponse(await service.step(ep, body["action"], ignored))
 
     @app.get("/state")
     async def state(episode_id: str | None = None, session_id: str | None = None):
@@ -787,18 +964,43 @@ def create_app(
         body = await read_json(request)
         return {"closed": service.close(episode_key(body))}
 
+    @app.post("/mcp")
+    async def mcp_http(request: Request):
+        try:
+            msg = loads_object(await read_body(request), config.max_body_bytes, allow_list=True)
+        except ApiError as e:
+            code = mcp_rpc.PARSE_ERROR if e.code == "INVALID_JSON" else mcp_rpc.INVALID_REQUEST
+            return JSONResponse(mcp_rpc.error(None, code, e.message))
+        reply = await mcp_rpc.dispatch(service, msg)
+        if reply is None:  # a notification
+            return Response(status_code=202)
+        return JSONResponse(reply)
+
     @app.websocket("/ws")
     async def ws(websocket: WebSocket):
         await websocket.accept()
-        try:
-            service.claim_websocket()
-        except ApiError as e:
-            await websocket.send_json(
-                {"type": "error", "data": {"message": e.message, "code": e.code}}
-            )
-            await websocket.close(code=1013)
-            return
-        ep = Episode(uuid.uuid4().hex, service.new_session(), websocket=True)
+        sid = websocket.query_params.get("session_id")
+        if sid is not None:  # an MCP session's episode, shared with POST /mcp
+            ep = service.episodes.get(sid)
+            if ep is None or ep.attached:
+                why = "is already attached" if ep is not None else "is unknown"
+                await websocket.send_json(
+                    {"type": "error", "data": {"message": f"session {sid[:128]!r} {why}",
+                                               "code": "UNKNOWN_SESSION"}}
+                )  # fmt: skip
+                await websocket.close(code=1008)
+                return
+            ep.attached = True
+        else:
+            try:
+                service.claim_websocket()
+            except ApiError as e:
+                await websocket.send_json(
+                    {"type": "error", "data": {"message": e.message, "code": e.code}}
+                )
+                await websocket.close(code=1013)
+                return
+            ep = Episode(uuid.uuid4().hex, service.new_session(), websocket=True)
         try:
             while True:
                 msg = await websocket.receive()
@@ -816,7 +1018,17 @@ def create_app(
         except WebSocketDisconnect:
             pass
         finally:
-            service.release_websocket()
+            if ep.attached:
+                ep.attached = False
+            else:
+                service.release_websocket()
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon():
+        icon = STATIC_DIR / "favicon.svg"
+        if icon.is_file():
+            return FileResponse(icon, media_type="image/svg+xml")
+        return Response(status_code=204)
 
     if STATIC_DIR.is_dir():
         app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
@@ -828,8 +1040,9 @@ def create_app(
     return app
 
 
-def loads_object(raw: bytes | str) -> dict:
-    """A request body as a JSON object (an empty body is ``{}``); 400 otherwise."""
+def loads_object(raw: bytes | str, limit: int = MAX_TEXT_CHARS, allow_list: bool = False) -> Any:
+    """A request body as a JSON object (an empty body is ``{}``); 400 otherwise. ``limit``
+    is the body cap (the transport enforces it in bytes first; this bounds characters)."""
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError:
@@ -839,16 +1052,20 @@ def loads_object(raw: bytes | str) -> dict:
     from ecomjax.llm_bridge.parse import loads
 
     try:
-        body = loads(text)
+        body = loads(text, max_chars=limit)
     except (ValueError, RecursionError) as e:
         raise ApiError(400, "INVALID_JSON", f"the body is not valid JSON: {str(e)[:120]}") from None
-    if not isinstance(body, dict):
+    if not isinstance(body, dict) and not (allow_list and isinstance(body, list)):
         raise ApiError(400, "INVALID_BODY", "the body must be a JSON object")
     return body
 
 
 async def ws_message(service: Service, ep: Episode, raw: bytes | str, limit: int):
-    """One OpenEnv WebSocket message -> (reply or None, close?). Errors are replies."""
+    """One OpenEnv WebSocket message -> (reply or None, close?). Errors are replies.
+
+    Besides reset / step / state / close: ``{"type": "mcp", "data": <JSON-RPC>}`` and the
+    step actions of OpenEnv's ``MCPToolClient`` (``{"type": "list_tools"}``,
+    ``{"type": "call_tool", "tool_name", "arguments"}``), each one turn of this episode."""
 
     def err(code: str, message: str) -> dict:
         return {"type": "error", "data": {"message": message, "code": code}}
@@ -856,7 +1073,7 @@ async def ws_message(service: Service, ep: Episode, raw: bytes | str, limit: int
     if len(raw) > limit:
         return err("PAYLOAD_TOO_LARGE", f"the message exceeds {limit} bytes"), False
     try:
-        msg = loads_object(raw)
+        msg = loads_object(raw, limit)
         kind = msg.get("type")
         data = msg.get("data", {})
         if set(msg) - {"type", "data"}:
@@ -866,14 +1083,42 @@ async def ws_message(service: Service, ep: Episode, raw: bytes | str, limit: int
         if kind == "reset":
             return {"type": "observation", "data": await service.reset(ep, data)}, False
         if kind == "step":
+            tool_step = await mcp_step(service, ep, data)
+            if tool_step is not None:
+                return {"type": "observation", "data": tool_step}, False
             action = data["action"] if set(data) == {"action"} else data
             return {"type": "observation", "data": await service.step(ep, action)}, False
         if kind == "state":
             return {"type": "state", "data": service.state(ep)}, False
+        if kind == "mcp":
+            return {"type": "mcp", "data": await mcp_rpc.dispatch(service, data, ep)}, False
         if kind == "close":
             return None, True
-        raise ApiError(422, "UNKNOWN_TYPE", "type must be reset, step, state or close")
+        raise ApiError(422, "UNKNOWN_TYPE", "type must be reset, step, state, mcp or close")
     except ApiError as e:
         return err(e.code, e.message), False
     except Exception:  # noqa: BLE001 - never leak a traceback to a client
         return err("EXECUTION_ERROR", "internal error while handling the message"), False
+
+
+async def mcp_step(service: Service, ep: Episode, data: Mapping) -> dict | None:
+    """The reply to ``MCPToolClient``'s step actions, or None for any other action.
+    The observation carries what that client reads (``tools`` or ``tool_name``/``result``/
+    ``error``) and, in ``metadata``, the turn counters."""
+    kind = data.get("type")
+    if kind == "list_tools" and set(data) == {"type"}:
+        done = bool(ep.started and ep.session.done)
+        return {"observation": {"tools": mcp_rpc.mcp_tools(), "metadata": {}}, "reward": None,
+                "done": done}  # fmt: skip
+    if kind != "call_tool" or not set(data) <= {"type", "tool_name", "arguments"}:
+        return None
+    name = data.get("tool_name")
+    res = await mcp_rpc.call_tool(service, ep, name, data.get("arguments"))
+    sc = res["structuredContent"]
+    obs = {
+        "tool_name": name if isinstance(name, str) else "",
+        "result": res,
+        "error": None,
+        "metadata": {k: v for k, v in sc.items() if k not in ("done", "reward")},
+    }
+    return {"observation": obs, "reward": sc["reward"], "done": bool(sc["done"])}

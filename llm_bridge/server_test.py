@@ -9,9 +9,7 @@ over loopback uvicorn) is ``slow``; the default runs 8 x 3."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +23,7 @@ from ecomjax.llm_bridge import server as SV  # noqa: E402
 from ecomjax.llm_bridge import session as SS  # noqa: E402
 from ecomjax.llm_bridge.parse import format_turn  # noqa: E402
 from ecomjax.llm_bridge.render import action_to_turn  # noqa: E402
+from ecomjax.llm_bridge.serve_thread import serve_in_thread  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from ecomjax import constants as C  # noqa: E402
@@ -45,7 +44,9 @@ def text(catalog) -> SS.CatalogText:
 
 @pytest.fixture(scope="module")
 def client(text) -> Iterator[TestClient]:
-    app = SV.create_app(text, max_sessions=6, max_body_bytes=64 << 10, expose_goal=True)
+    app = SV.create_app(
+        text, max_sessions=6, max_body_bytes=64 << 10, expose_goal=True, warmup=False
+    )
     with TestClient(app) as c:
         yield c
 
@@ -56,32 +57,6 @@ def reset(client, **body):
 
 def step(client, eid, turn):
     return client.post("/step", json={"episode_id": eid, "action": turn})
-
-
-@contextlib.contextmanager
-def live_server(app) -> Iterator[str]:
-    """uvicorn on a loopback port chosen by the OS, in a thread; yields the base URL."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", ws_max_size=1 << 20, lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
 
 
 def record_oracle(text, agent, act, family: str, d: int, seed: int) -> list[dict]:
@@ -145,7 +120,9 @@ def assert_matches(got: dict, want: dict, where: str) -> None:
 def test_health_and_schema(client):
     import jsonschema
 
-    assert client.get("/health").json() == {"status": "healthy"}
+    health = client.get("/health").json()
+    assert health["status"] == "healthy" and health["ready"] is True
+    assert health["warmup"]["state"] == "off"  # this app compiles on first use
     sch = client.get("/schema").json()
     assert set(sch) == {"action", "observation", "state"}
     for s in sch.values():
@@ -249,8 +226,6 @@ BAD_RESETS = [
     ({"family": "PD", "seed": -1}, 422, "INVALID_FIELD"),
     ({"collection": "C9"}, 422, "UNKNOWN_COLLECTION"),
     ({"collection": "C1", "family": "PD"}, 422, "INVALID_FIELD"),
-    ({}, 422, "MISSING_FIELD"),
-    ({"family": "PD", "colour": "red"}, 422, "UNKNOWN_FIELD"),
     ({"family": "PD", "format": "yaml"}, 422, "INVALID_FIELD"),
     ({"family": "PD", "episode_id": "has space"}, 422, "INVALID_FIELD"),
     ({"family": "PD", "episode_id": "a", "session_id": "b"}, 422, "INVALID_FIELD"),
@@ -264,36 +239,70 @@ def test_bad_reset_bodies_are_4xx(client, body, status, code):
     assert "Traceback" not in r.text and r.json()["detail"]
 
 
-def test_bad_payloads_are_4xx_without_tracebacks(client):
-    eid = reset(client, family="PD", seed=1).json()["observation"]["episode_id"]
-    cases = [
-        (client.post("/reset", content=b"{not json"), 400, "INVALID_JSON"),
-        (client.post("/reset", content=b"[1, 2]"), 400, "INVALID_BODY"),
-        (client.post("/reset", content=b"\xff\xfe"), 400, "INVALID_JSON"),
-        (client.post("/reset", content=b"[" * 5000 + b"]" * 5000), 400, "INVALID_JSON"),
-        (client.post("/reset", content=b'{"family": "PD", "family": "SUB"}'), 400, "INVALID_JSON"),
-        (client.post("/reset", content=b'{"family": "PD", "seed": NaN}'), 400, "INVALID_JSON"),
-        (client.post("/step", json={"action": {"message": "hi"}}), 400, "MISSING_EPISODE_ID"),
-        (step(client, "never-reset", {"message": "hi"}), 404, "UNKNOWN_EPISODE"),
-        (client.post("/step", json={"episode_id": eid}), 422, "MISSING_FIELD"),
-        (client.post("/step", json={"episode_id": eid, "action": "hi", "x": 1}), 422,
-         "UNKNOWN_FIELD"),
-        (step(client, eid, "just text"), 422, "INVALID_ACTION"),
-        (step(client, eid, ["a"]), 422, "INVALID_ACTION"),
-        (step(client, eid, {"format": "yaml", "message": "hi"}), 422, "INVALID_ACTION"),
-        (step(client, eid, {"format": "hermes", "tool_calls": []}), 422, "INVALID_ACTION"),
-        (step(client, eid, {"format": "qwen_xml", "content": 3}), 422, "INVALID_ACTION"),
-        (client.get("/state"), 400, "MISSING_EPISODE_ID"),
-        (client.get("/state", params={"episode_id": "nope"}), 404, "UNKNOWN_EPISODE"),
-        (client.post("/close", json={}), 400, "MISSING_EPISODE_ID"),
-        (client.get("/nowhere"), 404, "HTTP_ERROR"),
-        (client.get("/reset"), 405, "HTTP_ERROR"),
-    ]  # fmt: skip
-    for i, (r, status, code) in enumerate(cases):
-        assert (r.status_code, r.json().get("code")) == (status, code), (i, r.text)
-        assert "Traceback" not in r.text and 'File "' not in r.text
-    # The episode survived every bad request.
-    assert client.get("/state", params={"episode_id": eid}).json()["step_count"] == 0
+def test_bad_payloads_are_4xx_without_tracebacks(text):
+    app = SV.create_app(text, warmup=False)
+    with TestClient(app) as client:
+        # Before any id-less reset, id-less requests have no episode to go to.
+        early = [
+            (client.post("/step", json={"action": {"message": "hi"}}), 400, "MISSING_EPISODE_ID"),
+            (client.get("/state"), 400, "MISSING_EPISODE_ID"),
+            (client.post("/close", json={}), 400, "MISSING_EPISODE_ID"),
+        ]
+        eid = reset(client, family="PD", seed=1, episode_id="e1").json()["observation"][
+            "episode_id"
+        ]
+        cases = early + [
+            (client.post("/reset", content=b"{not json"), 400, "INVALID_JSON"),
+            (client.post("/reset", content=b"[1, 2]"), 400, "INVALID_BODY"),
+            (client.post("/reset", content=b"\xff\xfe"), 400, "INVALID_JSON"),
+            (client.post("/reset", content=b"[" * 5000 + b"]" * 5000), 400, "INVALID_JSON"),
+            (client.post("/reset", content=b'{"family": "PD", "family": "SUB"}'), 400,
+             "INVALID_JSON"),
+            (client.post("/reset", content=b'{"family": "PD", "seed": NaN}'), 400, "INVALID_JSON"),
+            (step(client, "never-reset", {"message": "hi"}), 404, "UNKNOWN_EPISODE"),
+            (client.post("/step", json={"episode_id": eid}), 422, "MISSING_FIELD"),
+            (client.post("/step", json={"episode_id": eid, "action": "hi", "x": 1}), 422,
+             "INVALID_ACTION"),
+            (client.post("/step", json={"episode_id": eid, "action": {}, "timeout_s": 0}), 422,
+             "INVALID_FIELD"),
+            (client.post("/step", json={"episode_id": eid, "action": {}, "request_id": 5}), 422,
+             "INVALID_FIELD"),
+            (step(client, eid, "just text"), 422, "INVALID_ACTION"),
+            (step(client, eid, ["a"]), 422, "INVALID_ACTION"),
+            (step(client, eid, {"format": "yaml", "message": "hi"}), 422, "INVALID_ACTION"),
+            (step(client, eid, {"format": "hermes", "tool_calls": []}), 422, "INVALID_ACTION"),
+            (step(client, eid, {"format": "qwen_xml", "content": 3}), 422, "INVALID_ACTION"),
+            (client.get("/state", params={"episode_id": "nope"}), 404, "UNKNOWN_EPISODE"),
+            (client.get("/nowhere"), 404, "HTTP_ERROR"),
+            (client.get("/reset"), 405, "HTTP_ERROR"),
+        ]  # fmt: skip
+        for i, (r, status, code) in enumerate(cases):
+            assert (r.status_code, r.json().get("code")) == (status, code), (i, r.text)
+            assert "Traceback" not in r.text and 'File "' not in r.text
+        # The episode survived every bad request.
+        assert client.get("/state", params={"episode_id": eid}).json()["step_count"] == 0
+
+
+def test_bare_resets_use_the_served_tasks_and_ignore_extra_fields(text):
+    """What OpenEnv clients send: ``{}`` and ``{"seed": 42}``, plus fields the server does not
+    read (allowed by OpenEnv's ResetRequest / StepRequest), which are named, not refused.
+    Id-less requests go to the latest id-less reset's episode, which replaces the one before."""
+    app = SV.create_app(text, tasks="CART,STATUS", warmup=False, max_http_sessions=2)
+    with TestClient(app) as c:
+        fams = [reset(c).json()["observation"] for _ in range(3)]  # seeds 0, 1, 2 by counter
+        assert [o["seed"] for o in fams] == [0, 1, 2]
+        assert [o["family"] for o in fams] == ["CART", "STATUS", "CART"]
+        assert len(app.state.service.episodes) == 1  # each id-less reset replaced the last
+        obs = reset(c, seed=41, colour="red", render=True).json()["observation"]
+        assert obs["family"] == "STATUS" and obs["seed"] == 41 and obs["difficulty"] == 0
+        assert obs["info"]["ignored_fields"] == ["colour", "render"]
+        r = c.post("/step", json={"action": {"message": "hi"}, "render": True, "verbose": 1})
+        assert r.status_code == 200 and r.json()["observation"]["seed"] == 41
+        assert r.json()["observation"]["info"]["ignored_fields"] == ["render", "verbose"]
+        assert c.get("/state").json()["step_count"] == 1
+        assert reset(c, seed=3, episode_id="x" * 255).status_code == 200  # OpenEnv's length
+        assert c.post("/close", json={}).json() == {"closed": True}
+        assert c.get("/state").status_code == 400
 
 
 def test_oversized_payloads_are_413(client):
@@ -311,16 +320,22 @@ def test_oversized_payloads_are_413(client):
     assert r.status_code == 413
 
 
-def test_capacity_is_capped_with_429(text):
-    app = SV.create_app(text, max_sessions=2)
+def test_capacity_is_capped_with_429_per_pool(text):
+    """HTTP episodes and WebSocket sessions have separate caps: HTTP clients that abandon
+    their episodes cannot lock a WebSocket trainer out, and the reverse."""
+    app = SV.create_app(text, max_sessions=1, max_http_sessions=2, warmup=False)
     with TestClient(app) as c:
         assert reset(c, family="PD", seed=1, episode_id="a").status_code == 200
         assert reset(c, family="PD", seed=2, episode_id="b").status_code == 200
         r = reset(c, family="PD", seed=3, episode_id="c")
         assert r.status_code == 429 and r.json()["code"] == "CAPACITY_REACHED"
         assert reset(c, family="PD", seed=4, episode_id="a").status_code == 200  # reuse is fine
-        with c.websocket_connect("/ws") as ws:  # WebSockets count too
-            assert ws.receive_json()["data"]["code"] == "CAPACITY_REACHED"
+        with c.websocket_connect("/ws") as ws:  # the HTTP pool is full; WebSockets still get in
+            ws.send_json({"type": "reset", "data": {"family": "PD", "seed": 5}})
+            assert ws.receive_json()["type"] == "observation"
+            with c.websocket_connect("/ws") as ws2:  # ... up to their own cap
+                assert ws2.receive_json()["data"]["code"] == "CAPACITY_REACHED"
+            assert reset(c, family="PD", seed=6, episode_id="c").status_code == 429
         # A finished episode gives way to a new one; a running one never does.
         done = step(c, "b", {"bogus": True}).json()
         assert done["done"]
@@ -328,7 +343,7 @@ def test_capacity_is_capped_with_429(text):
         assert c.get("/state", params={"episode_id": "b"}).status_code == 404
         assert c.get("/state", params={"episode_id": "a"}).json()["started"]
         assert app.state.service.stats["evicted"] == 1
-        assert app.state.service.stats["rejected_capacity"] == 2
+        assert app.state.service.stats["rejected_capacity"] == 3
 
 
 # --- WebSocket ----------------------------------------------------------------------------------
@@ -401,7 +416,7 @@ def play_ws(url: str, jobs: list[dict], errors: list, results: list, start: thre
 
 
 def run_load(text, scripts, n_clients: int, n_episodes: int) -> dict:
-    app = SV.create_app(text, max_sessions=n_clients, workers=4)
+    app = SV.create_app(text, max_sessions=n_clients, workers=4, warmup=False)
     jobs = [
         [scripts[(c * n_episodes + e) % len(scripts)] for e in range(n_episodes)]
         for c in range(n_clients)
@@ -409,7 +424,7 @@ def run_load(text, scripts, n_clients: int, n_episodes: int) -> dict:
     errors: list = []
     results: list = []
     start = threading.Event()
-    with live_server(app) as url:
+    with serve_in_thread(app, lifespan="off") as url:
         threads = [
             threading.Thread(target=play_ws, args=(url, j, errors, results, start)) for j in jobs
         ]

