@@ -1,7 +1,7 @@
-"""The gymnasium-style text env and the TRL adapter: their contracts, that a group of rollouts of
-one dataset row plays one problem, that rewards equal an offline ``Session`` replay of the same
-turns, and (with trl installed) one real ``GRPOTrainer`` step whose tiny model is built to call
-``submit_answer``, so the whole tool loop runs.
+"""The TRL adapter: its contract, that a group of rollouts of one dataset row plays one problem,
+that rewards equal an offline ``Session`` replay of the same turns, and (with trl installed) one
+real ``GRPOTrainer`` step whose tiny model is built to call ``submit_answer``, so the whole tool
+loop runs. (The gymnasium env's tests are in ``gym_env_test.py``.)
 
 Compiles: the resets of PD and CART, one step (shared with every session of the process)."""
 
@@ -11,12 +11,11 @@ import inspect
 import json
 
 import pytest
-from ecomjax.llm_bridge import gym_env as GE
 from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge import session as SS
 from ecomjax.llm_bridge import trl_adapter as TA
-from ecomjax.llm_bridge.parse import format_turn
 from ecomjax.llm_bridge.tiny_models import tiny_tool_caller
+from ecomjax.llm_bridge.tool_turns import MESSAGE_TOOL, call_tools
 
 from ecomjax import constants as C
 
@@ -41,66 +40,6 @@ def call(name: str, **args) -> dict:
     return {"message": "", "tool_calls": [{"name": name, "arguments": args}]}
 
 
-# --- gymnasium-style env ------------------------------------------------------------------------
-
-
-def test_gym_env_episode(text):
-    env = GE.EcomjaxTextEnv(family="CART", difficulty=1, catalog=text, expose_goal=True)
-    obs, info = env.reset(seed=5)
-    assert obs.startswith("[system]\n") and "\n\n[user]\n" in obs
-    assert info["family"] == "CART" and info["seed"] == 5 and info["turn"] == 0
-    assert [t["function"]["name"] for t in info["tools"]][-1] == SC.SUBMIT_ANSWER
-    again = GE.EcomjaxTextEnv(family="CART", difficulty=1, catalog=text).reset(seed=5)[0]
-    assert again == obs  # SPEC §12: (family, d, seed) fixes the episode
-
-    hermes = '<tool_call>\n{"name": "user_get_visit_history", "arguments": {}}\n</tool_call>'
-    obs, reward, terminated, truncated, info = env.step(hermes)
-    assert "[tool user_get_visit_history" in obs and "[user]" in obs and "[assistant]" not in obs
-    assert (reward, terminated, truncated) == (0.0, False, False) and "trace" not in info
-    answer = format_turn("hermes", "", [], {"env": "CART"})
-    obs, reward, terminated, truncated, info = env.step(answer)
-    assert terminated and not truncated and info["termination_reason"] == "agent_done"
-    assert reward == info["reward_breakdown"]["r_total"]
-    assert info["trace"]["goals"][0]["items"]  # the goal, only now
-    want = offline(
-        text, "CART", 1, 5, [call("user_get_visit_history"), {"answer": {"env": "CART"}}]
-    )
-    assert reward == want["reward"]
-    assert "[assistant]" in env.render() and "submit_answer" in env.render()
-    with pytest.raises(RuntimeError):
-        env.step(answer)
-
-
-def test_gym_env_truncation_modes_and_options(text):
-    env = GE.EcomjaxTextEnv(collection="C4", catalog=text, fmt="json", obs_mode="messages")
-    obs, info = env.reset(seed=2, options={"family": "PD"})  # options win over the collection
-    assert info["family"] == "PD" and isinstance(obs, list) and obs[0]["role"] == "system"
-    steps = 0
-    truncated = terminated = False
-    while not (truncated or terminated):
-        obs, reward, terminated, truncated, info = env.step({"message": "One moment, please."})
-        steps += 1
-    assert truncated and not terminated and info["termination_reason"] == "t_max"
-    assert steps == info["turn"] and len(obs) == len(env.session.messages)
-    _, info = env.reset(seed=4)  # the collection's rule: C4[4 % 4] = CART
-    assert info["family"] == C.COLLECTIONS["C4"][0] == GE.pick_family(None, "C4", 4)
-    _, info = env.reset()  # no seed: a counter, so runs replay
-    assert info["seed"] == 0 and env.reset()[1]["seed"] == 1
-    for bad in ({"seed": -1}, {"seed": 2**32}, {"options": {"difficulty": 21}},
-                {"options": {"colour": "red"}}, {"options": {"family": "NOPE"}}):  # fmt: skip
-        with pytest.raises(ValueError):
-            env.reset(**bad)
-
-
-def test_gymnasium_registration(text):
-    gym = pytest.importorskip("gymnasium")
-    GE.register()
-    env = gym.make(GE.ENV_ID, family="PD", catalog=text, disable_env_checker=True)
-    obs, info = env.reset(seed=3)
-    assert isinstance(obs, str) and env.action_space.contains("any text")
-    assert env.observation_space.contains(obs) and info["family"] == "PD"
-
-
 # --- TRL adapter without trl --------------------------------------------------------------------
 
 
@@ -116,9 +55,7 @@ def tool_methods(cls) -> dict:
 def test_methods_mirror_the_tool_schemas():
     cls = TA.make_env_class()
     methods = tool_methods(cls)
-    schemas = {
-        t["function"]["name"]: t for t in [*SC.all_tools(with_submit=True), TA.MESSAGE_SCHEMA]
-    }
+    schemas = {t["function"]["name"]: t for t in call_tools(with_submit=True)}
     assert set(methods) == set(schemas) and len(methods) == len(SC.all_tools()) + 2
     for name, fn in methods.items():
         params = schemas[name]["function"]["parameters"]
@@ -137,7 +74,7 @@ def test_transformers_reads_the_same_schemas():
     for name in tool_methods(type(env)):
         got = get_json_schema(getattr(env, name))["function"]  # a bound method, as TRL passes
         want = next(
-            t["function"] for t in [*SC.all_tools(with_submit=True), TA.MESSAGE_SCHEMA]
+            t["function"] for t in call_tools(with_submit=True)
             if t["function"]["name"] == name
         )  # fmt: skip
         assert got["name"] == name and got["description"] == want["description"]
@@ -173,7 +110,7 @@ def test_fake_trainer_groups_share_a_problem_and_rewards_match_offline(text):
 
     def policy(row):
         yield "user_get_visit_history", {}
-        yield TA.MESSAGE_TOOL, {"message": "Anything else?"}
+        yield MESSAGE_TOOL, {"message": "Anything else?"}
         yield SC.SUBMIT_ANSWER, {"answer": {"env": "CART"}}
         yield "cart_view", {}  # after the end: reported, not played
 
@@ -204,6 +141,7 @@ def test_adapter_passes_bad_calls_to_the_env_and_scores_unfinished_rollouts(text
     out = env.catalog_search(query="lamp", top_k=None, sort_by=None)  # None = omitted
     assert "results" in out and not env.done
     out = env.cart_add(product_id="syn_000001", bogus=True)  # unknown argument: hard fail
+    assert "cart_add has no argument 'bogus'; the turn was rejected and no call ran." in out
     assert env.done and env.get_reward() == -1.0
     assert env.observation["reward_breakdown"]["hard_fail_kind"] == "invalid_tool_call"
     assert env.reset(seed=9) and not env.done  # reusable, as TRL pools environments

@@ -121,11 +121,12 @@ def _reject_constant(s: str) -> Any:
     raise ValueError(f"{s} is not JSON")
 
 
-def loads(s: str) -> Any:
+def loads(s: str, max_chars: int = MAX_TEXT_CHARS) -> Any:
     """Strict, bounded ``json.loads``: no NaN/Infinity, no duplicate keys, capped length
-    and depth. Raises ValueError on anything else."""
-    if len(s) > MAX_TEXT_CHARS:
-        raise ValueError("too long")
+    (``max_chars``: a turn's cap by default; the server passes its body cap) and depth.
+    Raises ValueError on anything else."""
+    if len(s) > max_chars:
+        raise ValueError(f"too long: over {max_chars} characters")
     if not _text_depth_ok(s):
         raise ValueError("nested too deeply")
     return json.loads(
@@ -465,6 +466,117 @@ def _arguments(raw: Any) -> tuple[Any, str | None]:
     return raw, None
 
 
+# --- violations in words -------------------------------------------------------------------
+# The model reads these in the rejection of its turn (SPEC §4.2 stays a hard fail): the
+# field, what it must be (type and bound, from the same schema the model was shown) and
+# what it got. They describe only the call's own arguments and public schemas, never the
+# episode's hidden goal.
+
+_CHECK_ERROR = re.compile(r"^(\w+) at (\$[^:]*): ?(.*)$", re.DOTALL)
+_PATH_PART = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+_JSON_TYPE = {"integer": "an integer", "number": "a number", "string": "a string"}
+_JSON_TYPE |= {"boolean": "true or false", "array": "a list", "object": "an object"}
+_JSON_TYPE |= {"null": "null"}
+_PY_TYPE = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean"}
+_PY_TYPE |= {"list": "a list", "dict": "an object", "NoneType": "null"}
+MAX_ENUM_SHOWN = 12
+
+
+def _span(lo: Any, hi: Any, unit: str = "") -> str:
+    unit = f" {unit}" if unit else ""
+    if lo is not None and hi is not None:
+        return f"{lo}..{hi}{unit}"
+    return f"at least {lo}{unit}" if lo is not None else f"at most {hi}{unit}"
+
+
+def bounds_text(schema: dict) -> str | None:
+    """The bounds of ``schema`` in words ("an integer in 1..500", "a string of 1..200
+    characters", "a list of 1..48 items without repeats"), or None if it has none."""
+    types = schema.get("type")
+    types = [types] if isinstance(types, str) else list(types or [])
+    core = [t for t in types if t != "null"]
+    t = core[0] if len(core) == 1 else None
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    if t in ("integer", "number") and (lo is not None or hi is not None):
+        if lo is not None and hi is not None:
+            text = f"{_JSON_TYPE[t]} in {lo}..{hi}"
+        else:
+            text = (
+                f"{_JSON_TYPE[t]} {'>=' if lo is not None else '<='} {lo if lo is not None else hi}"
+            )
+    elif t == "string" and ("minLength" in schema or "maxLength" in schema):
+        lo, hi = schema.get("minLength"), schema.get("maxLength")
+        text = (
+            "a non-empty string"
+            if (lo, hi) == (1, None)
+            else f"a string of {_span(lo, hi, 'characters')}"
+        )
+    elif t == "array" and ("minItems" in schema or "maxItems" in schema):
+        text = f"a list of {_span(schema.get('minItems'), schema.get('maxItems'), 'items')}"
+        text += " without repeats" if schema.get("uniqueItems") else ""
+    else:
+        return None
+    return text + (" or null" if "null" in types else "")
+
+
+def requirement(schema: dict) -> str:
+    """What a value of ``schema`` must be, in words: its bounds, enum or type."""
+    if schema.get("enum"):
+        vals = schema["enum"]
+        if len(vals) > MAX_ENUM_SHOWN:
+            return f"one of the {len(vals)} values the tool schema lists"
+        return "one of " + ", ".join(json.dumps(v) for v in vals)
+    bounds = bounds_text(schema)
+    if bounds:
+        return bounds
+    types = schema.get("type")
+    types = [types] if isinstance(types, str) else list(types or [])
+    return " or ".join(_JSON_TYPE.get(t, t) for t in types) or "a valid value"
+
+
+def _schema_at(schema: dict, path: str) -> tuple[dict | None, str]:
+    """The schema node at a ``check`` path under ``$.arguments`` and the field's name."""
+    rest = path[len("$.arguments") :] if path.startswith("$.arguments") else None
+    if rest is None:
+        return None, path
+    node: dict | None = schema
+    for key, _idx in _PATH_PART.findall(rest):
+        if node is None:
+            break
+        node = node.get("properties", {}).get(key) if key else node.get("items")
+    return node, rest
+
+
+def describe_error(tool: Any, err: str) -> str:
+    """One call's violation in words, e.g. ``catalog_search.top_k must be an integer in
+    1..500, got 1000``, from the ``"kind at path: detail"`` of ``schemas.check``."""
+    name = tool if isinstance(tool, str) else None
+    t = S.TOOL_BY_NAME.get(name) if name else None
+    m = _CHECK_ERROR.match(err)
+    if t is None or m is None:
+        return f"{name[:40]}: {err}" if t is not None else err
+    kind, path, detail = m.groups()
+    node, rest = _schema_at(S.PARAMS[t], path)
+    field = f"{name}{rest}"
+    if kind == "missing":
+        return f"{name}{rest}.{detail.strip(chr(39))} is required but missing"
+    if kind == "unknown_key":
+        what = "argument" if rest == "" else "key"
+        return f"{field} has no {what} {detail}"
+    if kind == "unique":
+        return f"{field} must not repeat items"
+    if kind == "depth" or node is None:
+        return f"{field}: {detail}"
+    need = requirement(node)
+    if kind == "type":
+        got = detail.rsplit("got ", 1)[-1]
+        return f"{field} must be {need}, got {_PY_TYPE.get(got, got)}"
+    if kind == "enum":
+        got = detail.split(" is not one of", 1)[0]
+        return f"{field} must be {need}, got {got}"
+    return f"{field} must be {need}, got {detail}"  # range, length, items
+
+
 # --- answers ------------------------------------------------------------------------------
 
 _NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?")
@@ -648,12 +760,14 @@ def _build(
         err = _encode_call(c, codec, arr, slot, queries, rec, write=k < B)
         if err:
             rec["error"] = err
+            rec["problem"] = describe_error(c.name, err)
             info["errors"].append(f"call {k} ({str(c.name)[:40]}): {err}")
             arr["bad_args"][slot] = True
             if k < B:
                 known = S.TOOL_BY_NAME.get(c.name) if isinstance(c.name, str) else None
                 arr["tool"][slot] = UNKNOWN_TOOL if known is None else known
         for e in rec.get("device_checked", ()):
+            rec.setdefault("problem", describe_error(c.name, e))
             info["device_checked"].append(f"call {k}: {e}")
             info["errors"].append(f"call {k}: {e} (left to the device)")
     if queries:

@@ -382,7 +382,7 @@ class Session:
             if name == SC.SUBMIT_ANSWER:
                 continue
             if failed or c.get("slot") is None:
-                content = error(HARD_FAIL_NAMES[hard], "The turn was rejected; no call ran.")
+                content = error(HARD_FAIL_NAMES[hard], rejection(info, c, hard))
             else:
                 content = self.results.content(obs.results, act, int(c["slot"]), c)
             out.append(tool_message(c["id"], name, content))
@@ -390,7 +390,9 @@ class Session:
             msg = assistant_message(info, None)
             answer_call = msg["tool_calls"][-1]
             if failed:
-                content = error(HARD_FAIL_NAMES[hard], "The turn was rejected.")
+                why = info.get("answer_error")
+                own = {"problem": f"{SC.SUBMIT_ANSWER}: the answer is invalid ({why})"}
+                content = error(HARD_FAIL_NAMES[hard], rejection(info, own if why else {}, hard))
             else:
                 content = {"status": "received", "done": bool(info["answer"].get("done", True))}
             out.append(tool_message(answer_call["id"], SC.SUBMIT_ANSWER, content))
@@ -497,6 +499,23 @@ def _no_search() -> SearchResults:
 @cache
 def _tools(with_submit: bool, env: str | None) -> list[dict]:
     return SC.all_tools(with_submit=with_submit, env=env)
+
+
+def rejection(info: Mapping, call: Mapping, hard: int) -> str:
+    """Why a turn was rejected (SPEC §4.2), as the tool result of one of its calls: the
+    call's own violation (field, bound, value) if it has one, else the turn's first. Only
+    the model's own arguments and the public schemas are named, never the hidden goal."""
+    own = call.get("problem")
+    if own:
+        return f"{own}; the turn was rejected and no call ran."
+    reason = next((c["problem"] for c in info.get("calls", ()) if c.get("problem")), None)
+    if reason is None and info.get("answer_error"):
+        reason = f"the answer is invalid: {info['answer_error']}"
+    if reason is None and hard == C.HardFail.TOOL_BUDGET_EXCEEDED:
+        reason = f"{info.get('n_calls', 0)} tool calls are more than the per-turn budget"
+    if reason is None:
+        return "The turn was rejected; no call ran."
+    return f"The turn was rejected ({reason}); no call ran."
 
 
 def _parse_summary(info: dict | None) -> dict | None:

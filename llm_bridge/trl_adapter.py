@@ -12,8 +12,11 @@ call; ``get_reward()`` then scores it. So:
 - one method call is one env turn (SPEC §4.1 with a single call): TRL hands over calls one at a
   time and needs each result at once. The output is the tool result, store notices and the
   customer's reply (``Customer: ...``);
+- the argument bounds of the schemas (which ``get_json_schema`` cannot carry) are written in
+  each ``Args`` line ("Must be an integer in 1..500");
 - arguments pass through untouched (``None`` means omitted): an invalid call is the env's hard
-  fail, exactly as over the server;
+  fail, exactly as over the server, and its tool output names the field, the bound and the
+  value ("catalog_search.top_k must be an integer in 1..500, got 1000; ...");
 - a rollout that stops before the episode ends scores ``unfinished_reward`` (default -1, the
   hard-fail score), so the model learns to finish with ``submit_answer``;
 - grouped problems: GRPO repeats each dataset row ``num_generations`` times, so a row's
@@ -31,29 +34,22 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge.gym_env import MAX_SEED, pick_family
+from ecomjax.llm_bridge.parse import bounds_text, requirement
 from ecomjax.llm_bridge.session import FAST_COMPILE, CatalogText, Session
+from ecomjax.llm_bridge.tool_turns import (
+    TURN_NOTE,
+    call_tools,
+    reply_text,
+    turn_for_call,
+)
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog, CatalogTables
 from ecomjax.types import EnvParams
 
-MESSAGE_TOOL = "message_customer"
 RESERVED = frozenset({"reset", "get_reward"})
-ADAPTER_NOTE = (
-    "Here every tool call is one turn of the conversation: its result and the customer's reply "
-    f"come back as the tool's output. Write to the customer with {MESSAGE_TOOL}; finish with "
-    f"{SC.SUBMIT_ANSWER}. A reply without a tool call ends the conversation unanswered."
-)
-MESSAGE_SCHEMA = {
-    "type": "function",
-    "function": {
-        "name": MESSAGE_TOOL,
-        "description": "Send a message to the customer (no tool runs); the customer replies.",
-        "parameters": SC.s_obj({"message": SC.s_str("The text to the customer.", 1)}, ("message",)),
-    },
-}
+ADAPTER_NOTE = f"{TURN_NOTE} A reply without a tool call ends the conversation unanswered."
 
 
 # --- methods from JSON schemas ---------------------------------------------------------------
@@ -76,10 +72,16 @@ def py_type(schema: Mapping[str, Any]) -> Any:
 
 
 def _arg_doc(prop: Mapping[str, Any]) -> str:
+    """One ``Args`` line. transformers' ``get_json_schema`` keeps only types and enums, so
+    the bounds (top_k 1..500, quantity 1..99, string lengths, item counts) go in the text,
+    in the words the rejection of a violating turn uses."""
     text = str(prop.get("description", "")).strip().rstrip(".") or "Argument"
+    bounds = bounds_text(dict(prop))
+    if bounds:
+        text += f". Must be {bounds}"
     props = prop.get("properties")
-    if props:  # nested object (catalog_search filters): name its keys
-        text += ". Keys: " + ", ".join(f"{k} ({v.get('type')})" for k, v in props.items())
+    if props:  # nested object (catalog_search filters): name its keys and their bounds
+        text += ". Keys: " + ", ".join(f"{k} ({requirement(v)})" for k, v in props.items())
     if "anyOf" in prop:
         text += " (its schema is the answer schema in the instructions)"
     if "default" in prop:
@@ -196,32 +198,14 @@ class ToolEnvBase:
             return "The conversation has not started."
         if self._last["done"]:
             return f"The conversation is over ({self._last['termination_reason']}); nothing ran."
-        args = {k: v for k, v in kwargs.items() if v is not None}
-        if name == MESSAGE_TOOL:
-            turn: dict[str, Any] = {"message": args.get("message", ""), "tool_calls": []}
-            if set(args) - {"message"}:  # keep the model's mistake visible to the parser
-                turn["tool_calls"] = [{"name": name, "arguments": args}]
-        else:
-            turn = {"message": "", "tool_calls": [{"name": name, "arguments": args}]}
-        obs = self._session.step(turn, "json")
-        self._last = obs
-        parts = []
-        for m in obs["new_messages"]:
-            if m["role"] == "tool":
-                parts.append(m["content"])
-            elif m["role"] == "event":
-                parts.append(f"[Store notice] {m['content']}")
-            elif m["role"] == "user":
-                parts.append(f"Customer: {m['content']}")
-        if obs["done"]:
-            parts.append(f"The conversation has ended ({obs['termination_reason']}).")
-        return "\n".join(parts)
+        self._last = self._session.step(turn_for_call(name, kwargs), "json")
+        return reply_text(self._last)
 
 
 def make_env_class(name: str = "EcomjaxToolEnv", submit: bool = True) -> type:
     """A ``ToolEnvBase`` subclass with one method per tool (19, ``submit_answer``,
     ``message_customer``); configure it with ``environment_factory``."""
-    tools = [*SC.all_tools(with_submit=submit), MESSAGE_SCHEMA]
+    tools = call_tools(with_submit=submit)
     methods = {}
     for t in tools:
         tname = t["function"]["name"]
