@@ -76,6 +76,11 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    from ecomjax.constants import D_MAX
+
+    if args.difficulty is not None and not 0 <= args.difficulty <= D_MAX:
+        print(f"ecomjax serve: --difficulty must be in 0..{D_MAX}", file=sys.stderr)
+        return 2
     config = ServerConfig(
         max_sessions=args.max_sessions,
         max_http_sessions=args.max_http_sessions,

@@ -37,3 +37,12 @@ def test_random_agent_stays_at_d0(capsys):
 def test_bad_options_exit_2_with_a_message(capsys, args):
     assert main(["run", *args]) == 2
     assert "ecomjax run:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args", [["--tasks", "NOPE"], ["--difficulty", "21"], ["--max-http-sessions", "0"]]
+)
+def test_bad_serve_options_exit_2_with_a_message(capsys, args):
+    pytest.importorskip("uvicorn", reason="the serve extra is not installed")
+    assert main(["serve", "--no-warmup", *args]) == 2  # before binding a port
+    assert "ecomjax serve:" in capsys.readouterr().err
