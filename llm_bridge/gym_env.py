@@ -160,11 +160,32 @@ def _message_chars(m: Any) -> int | None:
 
 if _gym is not None:
 
-    class TextSpace(_gym.spaces.Space):
+    class _ValueSpace(_gym.spaces.Space):
+        """Equal, hashed and shown by the fields in ``_key`` (``make_vec`` compares its
+        sub-envs' spaces; gymnasium's default is identity)."""
+
+        _key: tuple[str, ...] = ()
+
+        def _values(self) -> tuple:
+            return tuple(getattr(self, k) for k in self._key)
+
+        def __eq__(self, other: object) -> bool:
+            return type(other) is type(self) and other._values() == self._values()
+
+        def __hash__(self) -> int:
+            return hash((type(self).__name__, *self._values()))
+
+        def __repr__(self) -> str:
+            fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._key)
+            return f"{type(self).__name__}({fields})"
+
+    class TextSpace(_ValueSpace):
         """Any string of at most ``max_length`` characters: the ``obs_mode="text"``
         observation. gymnasium's ``Text`` space fixes a character set, which chat text (any
         Unicode) does not fit. Equal spaces compare and hash equal (``make_vec`` compares the
         sub-envs' spaces); ``sample()`` draws words with the space's seeded RNG."""
+
+        _key = ("max_length",)
 
         def __init__(self, max_length: int = MAX_OBS_CHARS, seed: int | None = None):
             if max_length < 0:
@@ -184,16 +205,7 @@ if _gym is not None:
         def contains(self, x: Any) -> bool:
             return isinstance(x, str) and len(x) <= self.max_length
 
-        def __eq__(self, other: object) -> bool:
-            return type(other) is type(self) and other.max_length == self.max_length
-
-        def __hash__(self) -> int:
-            return hash((type(self).__name__, self.max_length))
-
-        def __repr__(self) -> str:
-            return f"{type(self).__name__}(max_length={self.max_length})"
-
-    class MessagesSpace(_gym.spaces.Space):
+    class MessagesSpace(_ValueSpace):
         """A chat transcript, the ``obs_mode="messages"`` observation: a list of message
         dicts in the session's shapes — ``system``/``user``/``event`` ``{role, content}``,
         ``assistant`` ``{role, content[, tool_calls]}`` (OpenAI-style calls with JSON string
@@ -201,6 +213,8 @@ if _gym is not None:
         ``max_length`` characters in all. gymnasium's ``Sequence(Dict(...))`` does not fit:
         ``Dict`` needs one key set for every message and ``Sequence`` tuples, while chat
         templates read lists of role-specific dicts."""
+
+        _key = ("max_length",)
 
         def __init__(self, max_length: int = MAX_OBS_CHARS, seed: int | None = None):
             if max_length < 0:
@@ -245,16 +259,7 @@ if _gym is not None:
                 total += n
             return total <= self.max_length
 
-        def __eq__(self, other: object) -> bool:
-            return type(other) is type(self) and other.max_length == self.max_length
-
-        def __hash__(self) -> int:
-            return hash((type(self).__name__, self.max_length))
-
-        def __repr__(self) -> str:
-            return f"{type(self).__name__}(max_length={self.max_length})"
-
-    class TurnSpace(_gym.spaces.Space):
+    class TurnSpace(_ValueSpace):
         """One assistant turn in ``fmt``: what ``step`` accepts. A string (at most
         ``MAX_TEXT_CHARS``) in every format; a message dict in "openai"/"json", and one
         without ``tool_calls`` (its ``content`` is the text) in "hermes"/"qwen_xml".
@@ -266,6 +271,8 @@ if _gym is not None:
         on the episode's hidden family and a wrong ``env`` is a hard fail (SPEC §4.6), and a
         space is fixed at construction. Why not ``''``: an empty turn is malformed, so a
         random policy (and ``check_env``) would only ever see hard fails."""
+
+        _key = ("fmt",)
 
         def __init__(self, fmt: str = "hermes", seed: int | None = None):
             if fmt not in FORMATS:
@@ -293,15 +300,6 @@ if _gym is not None:
             if isinstance(x, Mapping):
                 return self.fmt in ("openai", "json") or not x.get("tool_calls")
             return False
-
-        def __eq__(self, other: object) -> bool:
-            return type(other) is type(self) and other.fmt == self.fmt
-
-        def __hash__(self) -> int:
-            return hash((type(self).__name__, self.fmt))
-
-        def __repr__(self) -> str:
-            return f"{type(self).__name__}(fmt={self.fmt!r})"
 
     _Base: type = _gym.Env
 else:  # pragma: no cover
