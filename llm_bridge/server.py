@@ -572,10 +572,15 @@ class Service:
         if ("step",) not in self._warm:
             self._warm_step(family)
 
-    def _reset_sync(self, s: Session, a: ResetArgs) -> dict:
+    def _reset_sync(self, s: Session, a: ResetArgs) -> tuple[dict, ResetArgs]:
+        """(observation, the args with d filled in): the curriculum draws d here, off the
+        event loop, when the reset gave none."""
+        if a.difficulty is None:
+            a = dataclasses.replace(a, difficulty=self.curriculum.draw(a.family, a.seed))
         if not self.warmup.wait(a.family):
             raise ApiError(503, "WARMUP_FAILED", f"{a.family} failed to compile at start-up")
-        return self._guarded(("reset", a.family), lambda: s.reset(a.family, a.difficulty, a.seed))
+        obs = self._guarded(("reset", a.family), lambda: s.reset(a.family, a.difficulty, a.seed))
+        return obs, a
 
     def _step_sync(self, s: Session, output: Any, fmt: str) -> dict:
         if ("step",) not in self._warm:
@@ -613,11 +618,8 @@ class Service:
     async def reset(self, ep: Episode, body: Mapping) -> dict:
         a = self.parse(body, self.next_seed() if body.get("seed") is None else 0)
         drawn = a.difficulty is None
-        if drawn:
-            d = self.curriculum.draw(a.family, a.seed)
-            a = dataclasses.replace(a, difficulty=d)
         async with ep.lock:
-            obs = await self.run(self._reset_sync, ep.session, a)
+            obs, a = await self.run(self._reset_sync, ep.session, a)
             if ep.websocket and not ep.attached and a.episode_id is not None:
                 ep.id = a.episode_id  # a WebSocket episode is named by its client
             ep.args, ep.started, ep.drawn = a, True, drawn
@@ -642,8 +644,8 @@ class Service:
             ep.last_used = time.monotonic()
             self.stats["steps"] += 1
             if obs["done"] and ep.drawn and self.curriculum is not None:
-                a = ep.args
-                self.curriculum.record(a.family, a.difficulty, bool(obs["is_correct"]))
+                a, ok = ep.args, bool(obs["is_correct"])
+                await self.run(self.curriculum.record, a.family, a.difficulty, ok)
             return {
                 "observation": jsonable(self._observation(ep, obs, ignored)),
                 "reward": float(obs["reward"]),
