@@ -197,6 +197,17 @@ def tools_as_text(conversation: list[dict], tools: list[dict]) -> list[dict]:
     return [{k: v for k, v in m.items() if k != "_tool"} for m in out]
 
 
+def _cache_name() -> str:
+    """The key/value cache's name in ``generate``: ``cache`` in transformers >= 5.24
+    (``past_key_values`` deprecated), ``past_key_values`` before."""
+    from dataclasses import fields
+
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    names = {f.name for f in fields(GenerateDecoderOnlyOutput)}
+    return "cache" if "cache" in names else "past_key_values"
+
+
 class TransformersBackend:
     """A local causal LM through its chat template (tools passed to the template, or
     written into the system message when the template cannot show them and ``fmt`` is
@@ -292,7 +303,7 @@ class TransformersBackend:
             width = enc["input_ids"].shape[1]
             sample = self.temperature > 0
             cached = self.prefix_cache > 0 and len(todo) == 1
-            kw = {"past_key_values": self._reuse(ids[todo[0]])} if cached else {}
+            kw = {_cache_name(): self._reuse(ids[todo[0]])} if cached else {}
             torch.manual_seed(self.seed * 1_000_003 + self.calls)
             with torch.no_grad():
                 out = self.model.generate(
@@ -308,7 +319,7 @@ class TransformersBackend:
                     return_dict_in_generate=cached,
                 )
             if cached:
-                self._keep(out.sequences[0].tolist(), out.past_key_values)
+                self._keep(out.sequences[0].tolist(), getattr(out, _cache_name()))
                 out = out.sequences
             stops = set(self.stop_ids)
             for row, i in enumerate(todo):
@@ -340,7 +351,9 @@ class TransformersBackend:
         if best is None:
             return None
         cache = copy.deepcopy(best)
-        cache.crop(min(n, len(prompt) - 1))
+        drop = cache.get_seq_length() - min(n, len(prompt) - 1)
+        if drop > 0:
+            cache.crop(-drop)  # a negative count removes that many (every version)
         return cache
 
     def _keep(self, sequence: list[int], cache: Any) -> None:

@@ -76,9 +76,12 @@ def test_prefix_cache_computes_only_new_tokens_and_generates_the_same(tiny):
                 a.completion_ids,
                 a.output,
             )
-            shared = 0 if prev is None else len(prev)  # the previous prompt is a prefix
+            # The previous turn (prompt and completion) is a prefix of this prompt; its
+            # cache holds all of it but the last generated token.
+            shared = 0 if prev is None else len(prev)
             assert b.prompt_ids[:shared] == (prev or [])
-            assert fed[0] <= len(b.prompt_ids) - shared and fed[1:] == [1] * (len(fed) - 1)
+            assert fed[0] == len(b.prompt_ids) - max(0, shared - 1)
+            assert fed[1:] == [1] * (len(b.completion_ids) - 1)
             prev = b.prompt_ids + b.completion_ids
             conv = [*conv, {"role": "assistant", "content": a.output}]
             conv.append({"role": "user", "content": "cart 3"})

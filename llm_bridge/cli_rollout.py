@@ -40,6 +40,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
         default=None,
         help="transformers: an episode whose prompt grows past this fails (status error)",
     )
+    p.add_argument(
+        "--prefix-cache",
+        type=int,
+        default=0,
+        metavar="N",
+        help="transformers: keep the key/value caches of the last N calls, so an episode's "
+        "next turn computes only its new tokens (with --batch 1; 0: off)",
+    )
     p.add_argument("--retries", type=int, default=5, help="openai: retries of a failed request")
     p.add_argument("--timeout", type=float, default=120.0, help="openai: seconds per request")
     p.add_argument("--catalog-size", type=int, default=1000)
@@ -70,6 +78,7 @@ def _backend(args: argparse.Namespace) -> Any:
                 temperature=args.temperature,
                 seed=args.seed,
                 max_prompt_tokens=args.max_prompt_tokens,
+                prefix_cache=args.prefix_cache,
             )
         except (FileNotFoundError, ImportError) as e:
             raise SystemExit(f"error: cannot load --model {args.model}: {e}") from e
