@@ -8,6 +8,11 @@ plan of per-family slices, with d sampled per episode from d = 0..20 evenly.
 
     python benchmarks/families.py --n 100000 --batch 4096
     python benchmarks/families.py --n 1000 --batch 512 --tasks CART,PD
+
+``--mode auto`` times the auto-reset rollout (``ecomjax.autoreset``: ended lanes start
+their next episode) instead: calls of ``--steps`` steps from carried-over lanes, counting
+completed episodes; the first call (all lanes starting at once) is a warm-up. ``--mode
+both`` times the two back to back per task spec, so their ratio comes from one run.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
+from ecomjax import autoreset as AR
+from ecomjax import constants as C
 from ecomjax import curriculum as cur
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.catalog.synthetic import generate_catalog
@@ -67,11 +74,57 @@ def bench_plan(catalog, params, tasks: tuple[str, ...], batch: int, repeats: int
     return {
         "tasks": ",".join(tasks),
         "batch": batch,
+        "mode": "run_to_end",
         "episodes_per_s": batch / med,
         "env_steps_per_s": int(steps) / med,
         "median_s": med,
         "compile_s": compile_s,
         "success_rate": float(jnp.mean(ok)),
+    }
+
+
+def bench_autoreset(
+    catalog, params, tasks: tuple[str, ...], batch: int, repeats: int, steps: int
+) -> dict:
+    """Completed episodes per second over calls of ``steps`` auto-reset steps."""
+    plan = make_plan(tasks, batch)
+    agent = make_oracle(tuple(family(t).env for t in tasks))
+    key = jax.random.key(0)
+
+    def sample_d(ids, task):  # d = 0..20 evenly, as episode_inputs
+        return ids % (C.D_MAX + 1)
+
+    def start(catalog):
+        return AR.init(catalog, key, plan, agent, params, sample_d)
+
+    def advance(catalog, lanes):
+        lanes, done, taken = AR.advance(catalog, lanes, key, plan, agent, params, sample_d, steps)
+        return lanes, done.valid.sum(), (done.reward.is_correct & done.valid).sum(), taken
+
+    t0 = time.perf_counter()
+    start = jax.jit(start).lower(catalog).compile()
+    lanes = start(catalog)
+    compiled = jax.jit(advance, donate_argnums=1).lower(catalog, lanes).compile()
+    compile_s = time.perf_counter() - t0
+    lanes = jax.block_until_ready(compiled(catalog, lanes)[0])  # warm-up: the start burst
+    times, done, correct, taken = [], 0, 0, 0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        lanes, n, ok, k = jax.block_until_ready(compiled(catalog, lanes))
+        times.append(time.perf_counter() - t0)
+        done, correct, taken = done + int(n), correct + int(ok), taken + int(k)
+    med = statistics.median(times)
+    return {
+        "tasks": ",".join(tasks),
+        "batch": batch,
+        "mode": "auto_reset",
+        "steps": steps,
+        "slots": list(AR.default_slots(plan)),
+        "episodes_per_s": done / repeats / med,
+        "env_steps_per_s": taken / repeats / med,
+        "median_s": med,
+        "compile_s": compile_s,
+        "success_rate": correct / max(done, 1),
     }
 
 
@@ -111,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--tasks", default="C8,PD,SUB,CART,RETURN,STATUS,POLICY,BUNDLE,JOURNEY")
+    ap.add_argument("--mode", default="end", choices=["end", "auto", "both"])
+    ap.add_argument("--steps", type=int, default=32, help="steps per auto-reset call")
     ap.add_argument("--pool", action="store_true", help="also time PD/SUB verification alone")
     ap.add_argument("--pool-batch", type=int, default=1024)
     ap.add_argument("--out", type=Path, default=OUT)
@@ -121,12 +176,19 @@ def main(argv: list[str] | None = None) -> int:
     info = env_info()
     for spec in filter(None, args.tasks.split(",")):  # --tasks "" times the pool alone
         tasks = resolve_tasks(spec)
-        row = {"kind": "families", "spec": spec, "n_products": args.n, **info}
-        if args.label is not None:
-            row["label"] = args.label
-        row.update(bench_plan(catalog, params, tasks, args.batch, args.repeats))
-        append_rows(args.out, [row])  # as it comes: a long sweep cut short keeps its rows
-        print(json.dumps(row), flush=True)
+        modes = ("end", "auto") if args.mode == "both" else (args.mode,)
+        for mode in modes:
+            row = {"kind": "families", "spec": spec, "n_products": args.n, **info}
+            if args.label is not None:
+                row["label"] = args.label
+            if mode == "end":
+                row.update(bench_plan(catalog, params, tasks, args.batch, args.repeats))
+            else:
+                row.update(
+                    bench_autoreset(catalog, params, tasks, args.batch, args.repeats, args.steps)
+                )
+            append_rows(args.out, [row])  # as it comes: a sweep cut short keeps its rows
+            print(json.dumps(row), flush=True)
     if args.pool:
         for name, r in bench_pool(catalog, params, args.pool_batch, args.repeats).items():
             row = {"kind": "pool", "spec": name, "n_products": args.n, **info}

@@ -45,6 +45,7 @@ def _run(args: argparse.Namespace) -> int:
         catalog_size=args.catalog_size,
         seed=args.seed,
         convention=args.convention,
+        auto_reset=args.auto_reset,
     )
     bar = tqdm(
         total=cfg.rounds, desc="rounds", file=sys.stderr, disable=args.json and not args.progress
@@ -106,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--catalog-size", type=int, default=1000)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--convention", default="default", choices=["default", "rlve"])
+    run.add_argument(
+        "--auto-reset",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="training mode: rounds of STEPS steps in which ended lanes start their next "
+        "episode (0, the default: each round plays fresh episodes to the end)",
+    )
     run.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     run.add_argument("--progress", action="store_true", help="show the progress bar with --json")
     compile_cache.add_arguments(run)

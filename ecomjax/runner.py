@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ecomjax import autoreset
 from ecomjax import constants as C
 from ecomjax import curriculum as cur
 from ecomjax.agents import AGENTS
@@ -38,6 +39,9 @@ class RunConfig:
     catalog_seed: int = 42
     seed: int = 0
     convention: str = "default"  # or "rlve"
+    # > 0: auto-reset rounds of this many steps (training throughput; ended lanes start
+    # their next episode); 0: every round plays fresh episodes to the end (evaluation).
+    auto_reset: int = 0
 
 
 @dataclass
@@ -116,6 +120,37 @@ def _make_round(plan, agent, params: EnvParams, cfg, mode: str) -> Callable:
     return round_fn
 
 
+def _make_autoreset_round(plan, agent, params: EnvParams, cfg, mode: str, steps: int):
+    """One auto-reset round: ``steps`` steps of every lane; every episode completed in them
+    updates the curriculum in completion order. Episodes starting inside the round draw d
+    from the window as it stood at the round's start."""
+
+    def sampler(cstate, run_key, fixed_d, use_fixed):
+        def sample_d(ids, task):
+            return jnp.where(use_fixed, fixed_d, cur.sample(run_key, cstate, task, ids, cfg))
+
+        return sample_d
+
+    def start(catalog, cstate, run_key, fixed_d, use_fixed):
+        sample_d = sampler(cstate, run_key, fixed_d, use_fixed)
+        return autoreset.init(catalog, run_key, plan, agent, params, sample_d)
+
+    def round_fn(catalog, cstate, lanes, run_key, fixed_d, use_fixed):
+        sample_d = sampler(cstate, run_key, fixed_d, use_fixed)
+        lanes, done, n_steps = autoreset.advance(
+            catalog, lanes, run_key, plan, agent, params, sample_d, steps
+        )
+        flat = jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), done)
+        r = flat.reward
+        cstate = cur.update(cstate, flat.task, flat.d, r.is_correct, flat.valid, cfg, mode=mode)
+        cols = jnp.stack(
+            [r.is_correct.astype(jnp.float32), r.r_total, r.r_task, r.r_eff, r.r_hall], -1
+        )
+        return cstate, lanes, flat.valid, flat.task, flat.d, cols, n_steps
+
+    return start, round_fn
+
+
 def make_plan(tasks: tuple[str, ...], batch: int) -> tuple[tuple[str, int], ...]:
     """Fixed per-batch quotas (SPEC §3 allows them): an equal share per task, the
     remainder to the first tasks."""
@@ -132,6 +167,8 @@ def run(
         raise ValueError(f"unknown agent {cfg.agent!r}; choose from {sorted(AGENTS)}")
     if cfg.batch < 1 or cfg.rounds < 1:
         raise ValueError("batch and rounds must be positive")
+    if cfg.auto_reset < 0:
+        raise ValueError("auto_reset must be 0 (off) or a positive number of steps")
     if cfg.difficulty is not None and not 0 <= cfg.difficulty <= C.D_MAX:
         raise ValueError(f"difficulty must lie in 0..{C.D_MAX}")
     ccfg = (
@@ -149,6 +186,8 @@ def run(
         raise ValueError(f"batch {cfg.batch} is smaller than the number of tasks {len(tasks)}")
     plan = make_plan(tasks, cfg.batch)
     cstate = cur.init(len(tasks))
+    if cfg.auto_reset:
+        return _run_autoreset(cfg, tasks, plan, agent, params, ccfg, mode, catalog, progress)
     stats = {t: TaskStats() for t in tasks}
     fn = jax.jit(_make_round(plan, agent, params, ccfg, mode))
     t0 = time.perf_counter()
@@ -181,6 +220,52 @@ def run(
         episodes += cfg.batch
         steps += int(n_steps)
         counter += cfg.batch
+        lo, hi = cur.window(cstate, ccfg)
+        history.append({t: (int(lo[i]), int(hi[i])) for i, t in enumerate(tasks)})
+        if progress is not None:
+            progress(rnd, history[-1])
+    return RunResult(
+        episodes=episodes,
+        env_steps=steps,
+        seconds=seconds,
+        compile_s=compile_s,
+        per_task=stats,
+        curriculum=history[-1],
+        history=history,
+    )
+
+
+def _run_autoreset(cfg, tasks, plan, agent, params, ccfg, mode, catalog, progress) -> RunResult:
+    """``run`` with auto-reset rounds: lanes carry over between rounds, so every round
+    counts the episodes completed in its ``cfg.auto_reset`` steps. Episodes still running
+    after the last round are not counted."""
+    cstate = cur.init(len(tasks))
+    stats = {t: TaskStats() for t in tasks}
+    start, round_fn = _make_autoreset_round(plan, agent, params, ccfg, mode, cfg.auto_reset)
+    run_key = jax.random.key(cfg.seed)
+    fixed = jnp.int32(cfg.difficulty if cfg.difficulty is not None else 0)
+    use_fixed = jnp.bool_(cfg.difficulty is not None)
+    t0 = time.perf_counter()
+    start = jax.jit(start).lower(catalog, cstate, run_key, fixed, use_fixed).compile()
+    lanes = start(catalog, cstate, run_key, fixed, use_fixed)
+    fn = jax.jit(round_fn, donate_argnums=(2,))
+    fn = fn.lower(catalog, cstate, lanes, run_key, fixed, use_fixed).compile()
+    lanes = jax.block_until_ready(lanes)
+    compile_s = time.perf_counter() - t0  # both programs, and the first episodes' set-up
+    seconds, episodes, steps = 0.0, 0, 0
+    history = []
+    for rnd in range(cfg.rounds):
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(fn(catalog, cstate, lanes, run_key, fixed, use_fixed))
+        seconds += time.perf_counter() - t0
+        cstate, lanes, valid, task, d, cols, n_steps = out
+        valid, task, d = np.asarray(valid), np.asarray(task), np.asarray(d)
+        cols = np.asarray(cols, np.float64)
+        for i, name in enumerate(tasks):
+            sel = valid & (task == i)
+            stats[name].add(d[sel], cols[sel])
+        episodes += int(valid.sum())
+        steps += int(n_steps)
         lo, hi = cur.window(cstate, ccfg)
         history.append({t: (int(lo[i]), int(hi[i])) for i, t in enumerate(tasks)})
         if progress is not None:

@@ -1,0 +1,246 @@
+"""Auto-reset rollouts for training: a lane whose episode ended starts its next one.
+
+``rollout.run_plan`` plays a batch to its longest episode, so a lane whose episode ended
+early idles until the last one ends (evaluation wants exactly that). For training
+throughput, ``advance`` plays a fixed number of steps instead, and after every step
+recycles ended lanes into fresh episodes of the same family (as gymnax's and jumanji's
+auto-reset wrappers do). Throughput is then counted in completed episodes.
+
+Recycling costs generation, reset, verification and agent set-up. To keep that cost
+bounded and static, each plan slice has ``slots`` recycle slots per step: the lowest-index
+ended lanes take them, and any others wait for the next step (their episode is over, so
+waiting changes nothing but time). Every completed episode is scored once, when its lane
+is recycled, and reported in a [steps, slots] table in completion order, ready for the
+curriculum's stream update.
+
+Episode identity does not depend on batching: episode ``e`` has key
+``fold_in(run_key, e)`` and its d comes from ``sample_d(e, task)``; ids are handed out from
+one counter in (step, slice, lane) order. ``rollout.run_plan`` on the same key and d plays
+the same episode bit for bit (tested).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from ecomjax import constants as C
+from ecomjax.catalog.types import Catalog
+from ecomjax.core import reset
+from ecomjax.registry import family
+from ecomjax.rollout import AGENT_STREAM, Plan, _narrowed, _runs, _score, slices, step_batch
+from ecomjax.types import EnvParams, EpisodeState, Observation, RewardInfo
+from ecomjax.verify import ALL_FAMILIES
+
+SampleD = Callable[[jax.Array, jax.Array], jax.Array]  # (episode ids, task ids) -> d
+
+
+@struct.dataclass
+class Lanes:
+    """The batch between steps: one running (or ended, awaiting recycling) episode per lane."""
+
+    state: EpisodeState
+    obs: Observation
+    memory: tuple  # per agent run, as in rollout._play
+    akey: jax.Array  # [B] agent key of the lane's current episode
+    t: jax.Array  # int32 [B], turns taken in the current episode
+    d: jax.Array  # int32 [B]
+    episode: jax.Array  # int32 [B], id of the lane's current episode
+    next_episode: jax.Array  # int32, the next id to hand out
+
+
+@struct.dataclass
+class Completed:
+    """Episodes scored at recycling, [steps, total slots] in completion order."""
+
+    valid: jax.Array  # bool: the slot held an episode this step
+    lane: jax.Array  # int32
+    episode: jax.Array  # int32
+    task: jax.Array  # int32, the plan slice's task index
+    d: jax.Array  # int32
+    turns: jax.Array  # int32
+    reward: RewardInfo
+
+
+# The oracle's mean turns per episode at the curriculum's d (benchmarks/families.py).
+MEAN_TURNS = {
+    C.Env.PD: 3, C.Env.SUB: 3, C.Env.CART: 3, C.Env.RETURN: 3,
+    C.Env.STATUS: 2, C.Env.POLICY: 2, C.Env.BUNDLE: 3, C.Env.JOURNEY: 11,
+}  # fmt: skip
+SLACK = 1.5  # slots per expected completion: a burst of short episodes rarely waits
+
+
+def default_slots(plan: Plan) -> tuple[int, ...]:
+    """Recycle slots per slice: ``SLACK`` times the completions expected per step."""
+    out = []
+    for entry in plan:
+        turns = MEAN_TURNS[family(entry[0]).env]
+        out.append(min(entry[1], max(1, math.ceil(SLACK * entry[1] / turns))))
+    return tuple(out)
+
+
+def _families(plan: Plan) -> tuple[int, ...]:
+    return tuple(sorted({int(family(e[0]).env) for e in plan}))
+
+
+def fixed_d(d: int) -> SampleD:
+    """Every episode at one difficulty."""
+    return lambda ids, task: jnp.full(ids.shape, d, jnp.int32)
+
+
+def _fresh(catalog, ids, task, entry, agent, params, run_key, sample_d):
+    """Episodes ``ids`` of one slice: generated, reset, agent memory initialised."""
+    keys = jax.vmap(lambda e: jax.random.fold_in(run_key, e))(ids)
+    d = sample_d(ids, task).astype(jnp.int32)
+    gen = family(entry[0]).generate
+    problems = jax.vmap(gen, (0, None, 0, None))(keys, catalog, d, params)
+    state, ts = jax.vmap(reset, (0, None, 0, None))(keys, catalog, problems, params)
+    akey = jax.vmap(lambda k: jax.random.fold_in(k, AGENT_STREAM))(keys)
+    memory = jax.vmap(agent.init, (0, 0, None))(akey, ts.observation, catalog)
+    return state, ts.observation, memory, akey, d
+
+
+def _cat(*xs):
+    return jax.tree_util.tree_map(lambda *ys: jnp.concatenate(ys), *xs)
+
+
+def init(
+    catalog: Catalog,
+    run_key: jax.Array,
+    plan: Plan,
+    agent,
+    params: EnvParams,
+    sample_d: SampleD,
+) -> Lanes:
+    """Episodes 0..B-1, one per lane, in plan order."""
+    agents, ids = _narrowed(plan, agent)
+    parts = []
+    for i, (entry, (_, a, b)) in enumerate(zip(plan, slices(plan), strict=True)):
+        ep = jnp.arange(a, b, dtype=jnp.int32)
+        task = jnp.full(b - a, i, jnp.int32)
+        parts.append(_fresh(catalog, ep, task, entry, agents[ids[a]], params, run_key, sample_d))
+    starts = [a for _, a, _ in slices(plan)]
+    memory = tuple(  # one memory tree per agent run, over the slices it spans
+        _cat(*[p[2] for p, a in zip(parts, starts, strict=True) if ra <= a < rb])
+        for _, ra, rb in _runs(ids)
+    )
+    batch = int(ids.shape[0])
+    return Lanes(
+        state=_cat(*[p[0] for p in parts]),
+        obs=_cat(*[p[1] for p in parts]),
+        memory=memory,
+        akey=jnp.concatenate([p[3] for p in parts]),
+        t=jnp.zeros(batch, jnp.int32),
+        d=jnp.concatenate([p[4] for p in parts]),
+        episode=jnp.arange(batch, dtype=jnp.int32),
+        next_episode=jnp.int32(batch),
+    )
+
+
+def _set(tree, dest, new):
+    """Rows ``dest`` of ``tree`` replaced by ``new``; out-of-range rows are dropped."""
+    return jax.tree_util.tree_map(lambda x, y: x.at[dest].set(y, mode="drop"), tree, new)
+
+
+def _recycle(catalog, lanes: Lanes, run_key, plan, agents, ids, params, sample_d, slots):
+    """Score ended lanes and start their next episodes, up to ``slots[i]`` per slice."""
+    runs = _runs(ids)
+    batch = int(ids.shape[0])
+    ended = lanes.state.dialogue.termination != C.Termination.RUNNING
+    rows = []
+    for i, (entry, (name, a, b), k) in enumerate(zip(plan, slices(plan), slots, strict=True)):
+        n = b - a
+        pos = jnp.nonzero(ended[a:b], size=k, fill_value=n)[0]
+        valid = pos < n
+        lane = a + jnp.minimum(pos, n - 1)
+        old = jax.tree_util.tree_map(lambda x: x[lane], lanes.state)
+        fam = family(name).env
+        reward = _score(catalog, old, params, ALL_FAMILIES if fam == C.Env.JOURNEY else (fam,))
+        rows.append(
+            Completed(
+                valid=valid,
+                lane=lane,
+                episode=lanes.episode[lane],
+                task=jnp.full(k, i, jnp.int32),
+                d=lanes.d[lane],
+                turns=lanes.t[lane],
+                reward=reward.reward,
+            )
+        )
+        new_ids = lanes.next_episode + jnp.cumsum(valid, dtype=jnp.int32) - 1
+        task = jnp.full(k, i, jnp.int32)
+        agent = agents[ids[a]]
+        state, obs, memory, akey, d = _fresh(
+            catalog, new_ids, task, entry, agent, params, run_key, sample_d
+        )
+        dest = jnp.where(valid, lane, batch)
+        r = next(j for j, (_, ra, rb) in enumerate(runs) if ra <= a < rb)
+        mdest = jnp.where(valid, lane - runs[r][1], batch)
+        mems = list(lanes.memory)
+        mems[r] = _set(mems[r], mdest, memory)
+        lanes = lanes.replace(
+            state=_set(lanes.state, dest, state),
+            obs=_set(lanes.obs, dest, obs),
+            memory=tuple(mems),
+            akey=lanes.akey.at[dest].set(akey, mode="drop"),
+            t=lanes.t.at[dest].set(0, mode="drop"),
+            d=lanes.d.at[dest].set(d, mode="drop"),
+            episode=lanes.episode.at[dest].set(new_ids, mode="drop"),
+            next_episode=lanes.next_episode + valid.sum(dtype=jnp.int32),
+        )
+    return lanes, _cat(*rows)
+
+
+def advance(
+    catalog: Catalog,
+    lanes: Lanes,
+    run_key: jax.Array,
+    plan: Plan,
+    agent,
+    params: EnvParams,
+    sample_d: SampleD,
+    steps: int,
+    slots: tuple[int, ...] | None = None,
+) -> tuple[Lanes, Completed, jax.Array]:
+    """``steps`` agent/env steps of every lane, recycling ended lanes after each.
+
+    Returns the lanes (pass them to the next call: episodes in flight carry over), the
+    completed episodes, [steps, sum(slots)] with ``valid`` marking filled slots, and the
+    number of agent turns taken (int32)."""
+    agents, ids = _narrowed(plan, agent)
+    runs = _runs(ids)
+    slots = default_slots(plan) if slots is None else tuple(slots)
+    if len(slots) != len(plan) or min(slots) < 1:
+        raise ValueError(f"slots needs one positive count per plan slice, got {slots}")
+    present = _families(plan)
+
+    def one(lanes: Lanes, _):
+        live = lanes.state.dialogue.termination == C.Termination.RUNNING
+        k = jax.vmap(jax.random.fold_in)(lanes.akey, lanes.t)
+        outs = [
+            jax.vmap(agents[j].act, (0, 0, 0, None))(
+                k[a:b], m, jax.tree_util.tree_map(lambda x: x[a:b], lanes.obs), catalog
+            )
+            for (j, a, b), m in zip(runs, lanes.memory, strict=True)
+        ]
+        actions = _cat(*[x for _, x in outs])
+        wide = {"query_emb": actions.query_emb, "query_tokens": actions.query_tokens}
+        actions = jax.lax.optimization_barrier(  # see rollout._turns
+            actions.replace(query_emb=None, query_tokens=None)
+        ).replace(**wide)
+        state, ts = step_batch(catalog, lanes.state, actions, params, live, present)
+        lanes = lanes.replace(
+            state=state,
+            obs=ts.observation,
+            memory=tuple(m for m, _ in outs),
+            t=lanes.t + live.astype(jnp.int32),
+        )
+        lanes, done = _recycle(catalog, lanes, run_key, plan, agents, ids, params, sample_d, slots)
+        return lanes, (done, live.sum(dtype=jnp.int32))
+
+    lanes, (done, taken) = jax.lax.scan(one, lanes, None, length=steps)
+    return lanes, done, taken.sum()
