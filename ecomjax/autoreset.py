@@ -33,7 +33,7 @@ from ecomjax.catalog.types import Catalog
 from ecomjax.core import reset
 from ecomjax.registry import family
 from ecomjax.rollout import AGENT_STREAM, Plan, _narrowed, _runs, _score, slices, step_batch
-from ecomjax.types import EnvParams, EpisodeState, Observation, RewardInfo
+from ecomjax.types import EnvParams, EpisodeState, Observation, RewardInfo, empty_results
 from ecomjax.verify import ALL_FAMILIES
 
 SampleD = Callable[[jax.Array, jax.Array], jax.Array]  # (episode ids, task ids) -> d
@@ -51,6 +51,22 @@ class Lanes:
     d: jax.Array  # int32 [B]
     episode: jax.Array  # int32 [B], id of the lane's current episode
     next_episode: jax.Array  # int32, the next id to hand out
+    # Lanes whose episode has just been reset: their observation's tool results are the
+    # empty results of a reset, left unwritten in ``obs`` (see ``observation``).
+    fresh: jax.Array  # bool [B]
+
+    @property
+    def observation(self) -> Observation:
+        """What each lane's agent sees. Tool results are ~85 % of an observation's bytes,
+        and a reset's are empty: selecting them here, where the agent reads them, is far
+        cheaper than scattering them into every recycled row."""
+        empty = empty_results()
+        results = jax.tree_util.tree_map(
+            lambda x, e: jnp.where(self.fresh.reshape((-1,) + (1,) * e.ndim), e, x),
+            self.obs.results,
+            empty,
+        )
+        return self.obs.replace(results=results)
 
 
 @struct.dataclass
@@ -71,7 +87,7 @@ MEAN_TURNS = {
     C.Env.PD: 3, C.Env.SUB: 3, C.Env.CART: 3, C.Env.RETURN: 3,
     C.Env.STATUS: 2, C.Env.POLICY: 2, C.Env.BUNDLE: 3, C.Env.JOURNEY: 11,
 }  # fmt: skip
-SLACK = 1.5  # slots per expected completion: a burst of short episodes rarely waits
+SLACK = 1.2  # slots per expected completion, for bursts of short episodes
 
 
 def default_slots(plan: Plan) -> tuple[int, ...]:
@@ -138,6 +154,7 @@ def init(
         d=jnp.concatenate([p[4] for p in parts]),
         episode=jnp.arange(batch, dtype=jnp.int32),
         next_episode=jnp.int32(batch),
+        fresh=jnp.zeros(batch, bool),
     )
 
 
@@ -182,9 +199,11 @@ def _recycle(catalog, lanes: Lanes, run_key, plan, agents, ids, params, sample_d
         mdest = jnp.where(valid, lane - runs[r][1], batch)
         mems = list(lanes.memory)
         mems[r] = _set(mems[r], mdest, memory)
+        rest = _set(lanes.obs.replace(results=None), dest, obs.replace(results=None))
         lanes = lanes.replace(
             state=_set(lanes.state, dest, state),
-            obs=_set(lanes.obs, dest, obs),
+            obs=rest.replace(results=lanes.obs.results),
+            fresh=lanes.fresh.at[dest].set(True, mode="drop"),
             memory=tuple(mems),
             akey=lanes.akey.at[dest].set(akey, mode="drop"),
             t=lanes.t.at[dest].set(0, mode="drop"),
@@ -221,9 +240,10 @@ def advance(
     def one(lanes: Lanes, _):
         live = lanes.state.dialogue.termination == C.Termination.RUNNING
         k = jax.vmap(jax.random.fold_in)(lanes.akey, lanes.t)
+        obs = lanes.observation
         outs = [
             jax.vmap(agents[j].act, (0, 0, 0, None))(
-                k[a:b], m, jax.tree_util.tree_map(lambda x: x[a:b], lanes.obs), catalog
+                k[a:b], m, jax.tree_util.tree_map(lambda x: x[a:b], obs), catalog
             )
             for (j, a, b), m in zip(runs, lanes.memory, strict=True)
         ]
@@ -236,6 +256,7 @@ def advance(
         lanes = lanes.replace(
             state=state,
             obs=ts.observation,
+            fresh=jnp.zeros_like(lanes.fresh),
             memory=tuple(m for m, _ in outs),
             t=lanes.t + live.astype(jnp.int32),
         )
