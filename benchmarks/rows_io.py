@@ -24,7 +24,9 @@ def git_commit() -> str:
     head = git("rev-parse", "--short=12", "HEAD")
     if not head:
         return "unknown"
-    return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    # Result rows appended by the run itself do not make the measured code dirty.
+    changed = git("status", "--porcelain", "-uno", "--", ".", ":!benchmarks/results")
+    return head + ("-dirty" if changed else "")
 
 
 def append_rows(path: str | Path, rows: Iterable[dict]) -> int:
