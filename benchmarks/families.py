@@ -95,18 +95,17 @@ def bench_autoreset(
         return ids % (C.D_MAX + 1)
 
     def start(catalog):
-        return AR.init(catalog, key, plan, agent, params, sample_d)
+        return AR.init(catalog, plan, agent, params)
 
     def advance(catalog, lanes):
         lanes, done, taken = AR.advance(catalog, lanes, key, plan, agent, params, sample_d, steps)
         return lanes, done.valid.sum(), (done.reward.is_correct & done.valid).sum(), taken
 
     t0 = time.perf_counter()
-    start = jax.jit(start).lower(catalog).compile()
-    lanes = start(catalog)
+    lanes = jax.jit(start)(catalog)
     compiled = jax.jit(advance, donate_argnums=1).lower(catalog, lanes).compile()
     compile_s = time.perf_counter() - t0
-    lanes = jax.block_until_ready(compiled(catalog, lanes)[0])  # warm-up: the start burst
+    lanes = jax.block_until_ready(compiled(catalog, lanes)[0])  # warm-up: lanes fill up
     times, done, correct, taken = [], 0, 0, 0
     for _ in range(repeats):
         t0 = time.perf_counter()

@@ -7,9 +7,10 @@ recycles ended lanes into fresh episodes of the same family (as gymnax's and jum
 auto-reset wrappers do). Throughput is then counted in completed episodes.
 
 Recycling costs generation, reset, verification and agent set-up. To keep that cost
-bounded and static, each plan slice has ``slots`` recycle slots per step: the lowest-index
-ended lanes take them, and any others wait for the next step (their episode is over, so
-waiting changes nothing but time). Every completed episode is scored once, when its lane
+bounded and static, each plan slice has ``slots`` recycle slots per step: ended lanes take
+them in order from a clock hand that moves past the last lane served, and any others wait
+for the next step (their episode is over, so waiting changes nothing but time; the hand
+means none waits forever). Every completed episode is scored once, when its lane
 is recycled, and reported in a [steps, slots] table in completion order, ready for the
 curriculum's stream update.
 
@@ -54,6 +55,9 @@ class Lanes:
     # Lanes whose episode has just been reset: their observation's tool results are the
     # empty results of a reset, left unwritten in ``obs`` (see ``observation``).
     fresh: jax.Array  # bool [B]
+    # Per slice, where the next search for ended lanes starts (a clock hand: the lanes
+    # after the last one recycled come first, so no waiting lane starves).
+    hand: jax.Array  # int32 [slices]
 
     @property
     def observation(self) -> Observation:
@@ -124,37 +128,50 @@ def _cat(*xs):
     return jax.tree_util.tree_map(lambda *ys: jnp.concatenate(ys), *xs)
 
 
-def init(
-    catalog: Catalog,
-    run_key: jax.Array,
-    plan: Plan,
-    agent,
-    params: EnvParams,
-    sample_d: SampleD,
-) -> Lanes:
-    """Episodes 0..B-1, one per lane, in plan order."""
+def _blank(like):
+    """Zeros shaped like ``like`` (ShapeDtypeStructs); key leaves hold key 0."""
+
+    def one(x):
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            return jnp.broadcast_to(jax.random.key(0), x.shape)
+        return jnp.zeros(x.shape, x.dtype)
+
+    return jax.tree_util.tree_map(one, like)
+
+
+def init(catalog: Catalog, plan: Plan, agent, params: EnvParams) -> Lanes:
+    """Lanes holding no episode yet: placeholders marked ended, which the first steps of
+    ``advance`` recycle at the slot rate. Nothing is generated here (so nothing compiles
+    twice), and the staggered start spreads later recycling over the steps."""
     agents, ids = _narrowed(plan, agent)
     parts = []
-    for i, (entry, (_, a, b)) in enumerate(zip(plan, slices(plan), strict=True)):
-        ep = jnp.arange(a, b, dtype=jnp.int32)
-        task = jnp.full(b - a, i, jnp.int32)
-        parts.append(_fresh(catalog, ep, task, entry, agents[ids[a]], params, run_key, sample_d))
+    for entry, (_, a, b) in zip(plan, slices(plan), strict=True):
+        zeros = jnp.zeros(b - a, jnp.int32)
+        shapes = jax.eval_shape(
+            lambda: _fresh(
+                catalog, zeros, zeros, entry, agents[ids[a]], params, jax.random.key(0), fixed_d(0)
+            )
+        )
+        parts.append(_blank(shapes))
     starts = [a for _, a, _ in slices(plan)]
     memory = tuple(  # one memory tree per agent run, over the slices it spans
         _cat(*[p[2] for p, a in zip(parts, starts, strict=True) if ra <= a < rb])
         for _, ra, rb in _runs(ids)
     )
     batch = int(ids.shape[0])
+    state = _cat(*[p[0] for p in parts])
+    ended = jnp.full(batch, C.Termination.T_MAX, state.dialogue.termination.dtype)
     return Lanes(
-        state=_cat(*[p[0] for p in parts]),
+        state=state.replace(dialogue=state.dialogue.replace(termination=ended)),
         obs=_cat(*[p[1] for p in parts]),
         memory=memory,
-        akey=jnp.concatenate([p[3] for p in parts]),
+        akey=_cat(*[p[3] for p in parts]),
         t=jnp.zeros(batch, jnp.int32),
-        d=jnp.concatenate([p[4] for p in parts]),
-        episode=jnp.arange(batch, dtype=jnp.int32),
-        next_episode=jnp.int32(batch),
+        d=jnp.zeros(batch, jnp.int32),
+        episode=jnp.full(batch, -1, jnp.int32),  # -1: a placeholder, never reported
+        next_episode=jnp.int32(0),
         fresh=jnp.zeros(batch, bool),
+        hand=jnp.zeros(len(plan), jnp.int32),
     )
 
 
@@ -171,15 +188,18 @@ def _recycle(catalog, lanes: Lanes, run_key, plan, agents, ids, params, sample_d
     rows = []
     for i, (entry, (name, a, b), k) in enumerate(zip(plan, slices(plan), slots, strict=True)):
         n = b - a
-        pos = jnp.nonzero(ended[a:b], size=k, fill_value=n)[0]
-        valid = pos < n
-        lane = a + jnp.minimum(pos, n - 1)
+        hand = lanes.hand[i]
+        turn = jnp.nonzero(jnp.roll(ended[a:b], -hand), size=k, fill_value=n)[0]
+        valid = turn < n
+        lane = a + (jnp.minimum(turn, n - 1) + hand) % n
+        last = jnp.max(jnp.where(valid, turn, -1))
+        new_hand = jnp.where(valid.any(), (hand + last + 1) % n, hand)
         old = jax.tree_util.tree_map(lambda x: x[lane], lanes.state)
         fam = family(name).env
         reward = _score(catalog, old, params, ALL_FAMILIES if fam == C.Env.JOURNEY else (fam,))
         rows.append(
             Completed(
-                valid=valid,
+                valid=valid & (lanes.episode[lane] >= 0),
                 lane=lane,
                 episode=lanes.episode[lane],
                 task=jnp.full(k, i, jnp.int32),
@@ -210,6 +230,7 @@ def _recycle(catalog, lanes: Lanes, run_key, plan, agents, ids, params, sample_d
             d=lanes.d.at[dest].set(d, mode="drop"),
             episode=lanes.episode.at[dest].set(new_ids, mode="drop"),
             next_episode=lanes.next_episode + valid.sum(dtype=jnp.int32),
+            hand=lanes.hand.at[i].set(new_hand),
         )
     return lanes, _cat(*rows)
 

@@ -131,10 +131,6 @@ def _make_autoreset_round(plan, agent, params: EnvParams, cfg, mode: str, steps:
 
         return sample_d
 
-    def start(catalog, cstate, run_key, fixed_d, use_fixed):
-        sample_d = sampler(cstate, run_key, fixed_d, use_fixed)
-        return autoreset.init(catalog, run_key, plan, agent, params, sample_d)
-
     def round_fn(catalog, cstate, lanes, run_key, fixed_d, use_fixed):
         sample_d = sampler(cstate, run_key, fixed_d, use_fixed)
         lanes, done, n_steps = autoreset.advance(
@@ -148,7 +144,7 @@ def _make_autoreset_round(plan, agent, params: EnvParams, cfg, mode: str, steps:
         )
         return cstate, lanes, flat.valid, flat.task, flat.d, cols, n_steps
 
-    return start, round_fn
+    return round_fn
 
 
 def make_plan(tasks: tuple[str, ...], batch: int) -> tuple[tuple[str, int], ...]:
@@ -185,9 +181,9 @@ def run(
     if cfg.batch < len(tasks):
         raise ValueError(f"batch {cfg.batch} is smaller than the number of tasks {len(tasks)}")
     plan = make_plan(tasks, cfg.batch)
-    cstate = cur.init(len(tasks))
     if cfg.auto_reset:
         return _run_autoreset(cfg, tasks, plan, agent, params, ccfg, mode, catalog, progress)
+    cstate = cur.init(len(tasks))
     stats = {t: TaskStats() for t in tasks}
     fn = jax.jit(_make_round(plan, agent, params, ccfg, mode))
     t0 = time.perf_counter()
@@ -237,21 +233,19 @@ def run(
 
 def _run_autoreset(cfg, tasks, plan, agent, params, ccfg, mode, catalog, progress) -> RunResult:
     """``run`` with auto-reset rounds: lanes carry over between rounds, so every round
-    counts the episodes completed in its ``cfg.auto_reset`` steps. Episodes still running
-    after the last round are not counted."""
+    counts the episodes completed in its ``cfg.auto_reset`` steps (the first round starts
+    from empty lanes). Episodes still running after the last round are not counted."""
     cstate = cur.init(len(tasks))
     stats = {t: TaskStats() for t in tasks}
-    start, round_fn = _make_autoreset_round(plan, agent, params, ccfg, mode, cfg.auto_reset)
+    round_fn = _make_autoreset_round(plan, agent, params, ccfg, mode, cfg.auto_reset)
     run_key = jax.random.key(cfg.seed)
     fixed = jnp.int32(cfg.difficulty if cfg.difficulty is not None else 0)
     use_fixed = jnp.bool_(cfg.difficulty is not None)
     t0 = time.perf_counter()
-    start = jax.jit(start).lower(catalog, cstate, run_key, fixed, use_fixed).compile()
-    lanes = start(catalog, cstate, run_key, fixed, use_fixed)
+    lanes = jax.jit(lambda c: autoreset.init(c, plan, agent, params))(catalog)
     fn = jax.jit(round_fn, donate_argnums=(2,))
     fn = fn.lower(catalog, cstate, lanes, run_key, fixed, use_fixed).compile()
-    lanes = jax.block_until_ready(lanes)
-    compile_s = time.perf_counter() - t0  # both programs, and the first episodes' set-up
+    compile_s = time.perf_counter() - t0
     seconds, episodes, steps = 0.0, 0, 0
     history = []
     for rnd in range(cfg.rounds):

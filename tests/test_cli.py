@@ -33,7 +33,10 @@ def test_random_agent_stays_at_d0(capsys):
     assert s["per_task"]["CART"]["success_rate"] < 0.25
 
 
-@pytest.mark.parametrize("args", [["--tasks", "NOPE"], ["--difficulty", "21"], ["--batch", "0"]])
+@pytest.mark.parametrize(
+    "args",
+    [["--tasks", "NOPE"], ["--difficulty", "21"], ["--batch", "0"], ["--auto-reset", "-1"]],
+)
 def test_bad_options_exit_2_with_a_message(capsys, args):
     assert main(["run", *args]) == 2
     assert "ecomjax run:" in capsys.readouterr().err
