@@ -16,7 +16,7 @@ curriculum's stream update.
 
 Episode identity does not depend on batching: episode ``e`` has key
 ``fold_in(run_key, e)`` and its d comes from ``sample_d(e, task)``; ids are handed out from
-one counter in (step, slice, lane) order. ``rollout.run_plan`` on the same key and d plays
+one counter in (step, slice, service) order. ``rollout.run_plan`` on the same key and d plays
 the same episode bit for bit (tested).
 """
 
