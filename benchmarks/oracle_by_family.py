@@ -24,7 +24,7 @@ from ecomjax import constants as C
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.catalog.synthetic import generate_catalog
 from ecomjax.registry import family
-from ecomjax.rollout import run_batch_jit
+from ecomjax.rollout import families_for, run_batch_jit
 from ecomjax.types import EnvParams
 
 OUT = Path(__file__).parent / "results" / "oracle_by_family.jsonl"
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.families.split(","):
         fam = family(name.strip().upper())
-        fams = tuple(int(e) for e in C.Env) if fam.env == C.Env.JOURNEY else (int(fam.env),)
+        fams = families_for(fam.env)
         t0 = time.perf_counter()
         res = run_batch_jit(
             catalog, keys, d, fam.generate, make_oracle((fam.env,)), EnvParams(), families=fams

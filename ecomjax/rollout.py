@@ -49,6 +49,13 @@ def max_turns_for(families) -> int:
     return t * C.MAX_SUBGOALS if C.Env.JOURNEY in tuple(families) else t
 
 
+def families_for(env: int) -> tuple[int, ...]:
+    """The families whose code a batch of ``env`` episodes needs: JOURNEY holds every
+    other family's sub-goals. Narrower is cheaper: every traced verifier runs on every
+    episode under vmap."""
+    return ALL_FAMILIES if env == C.Env.JOURNEY else (int(env),)
+
+
 def _play(
     catalog,
     keys,
@@ -75,7 +82,7 @@ def _play(
     akeys = jax.vmap(lambda k: jax.random.fold_in(k, AGENT_STREAM))(keys)
     agents = (agent,) if isinstance(agent, Agent) else tuple(agent)
     ids = np.asarray(agent_ids if agent_ids is not None else np.zeros(keys.shape[0], np.int32))
-    runs = _runs(ids)
+    runs = agent_runs(ids)
     memory = tuple(
         jax.vmap(agents[j].init, (0, 0, None))(
             akeys[a:b], _take(ts.observation, np.arange(a, b)), catalog
@@ -94,7 +101,7 @@ def _play(
         catalog, agents, runs, params, akeys, carry, max_turns, families, jnp.asarray(~long)
     )
     idx = np.flatnonzero(long)
-    sub_runs = _runs(ids[idx])
+    sub_runs = agent_runs(ids[idx])
     carry = (
         _take(states, idx),
         _take(obs, idx),
@@ -182,7 +189,7 @@ def _sub_memory(memory, runs, idx: np.ndarray, sub_runs) -> tuple:
     return tuple(out)
 
 
-def _runs(ids: np.ndarray) -> list[tuple[int, int, int]]:
+def agent_runs(ids: np.ndarray) -> list[tuple[int, int, int]]:
     """(agent, start, end) of each maximal run of equal agent ids."""
     cut = np.flatnonzero(np.diff(ids)) + 1
     starts = np.concatenate([[0], cut])
@@ -190,7 +197,7 @@ def _runs(ids: np.ndarray) -> list[tuple[int, int, int]]:
     return [(int(ids[a]), int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
 
 
-def _score(catalog, states: EpisodeState, params, families) -> EpisodeState:
+def score_states(catalog, states: EpisodeState, params, families) -> EpisodeState:
     ended = states.dialogue.termination != C.Termination.RUNNING
     reward = jax.vmap(lambda s: verify(catalog, s, params, families))(states)
     zero = jax.vmap(lambda _: zero_reward())(ended)
@@ -215,9 +222,12 @@ def run_batch(
     """B full episodes of one generator. ``keys`` [B] are episode keys, ``d`` [B]
     difficulties; ``families`` (static) bounds which verifiers are traced."""
     problems = jax.vmap(generate, (0, None, 0, None))(keys, catalog, d, params)
+    # A generator leaves other families' fields as constant padding; through the barrier
+    # XLA cannot constant-fold their verifiers over [B, N, ...] (minutes of compile).
+    problems = jax.lax.optimization_barrier(problems)
     turns = max_turns if max_turns is not None else max_turns_for(families)
     res = _play(catalog, keys, problems, agent, params, turns, families=families)
-    return res.replace(state=_score(catalog, res.state, params, families))
+    return res.replace(state=score_states(catalog, res.state, params, families))
 
 
 def slices(plan: Plan) -> list[tuple[str, int, int]]:
@@ -257,7 +267,7 @@ def _by_family(plan: Plan, fn, *batched):
     return _take(out, np.argsort(order))
 
 
-def _narrowed(plan: Plan, agent) -> tuple[tuple[Agent, ...], np.ndarray]:
+def narrowed_agents(plan: Plan, agent) -> tuple[tuple[Agent, ...], np.ndarray]:
     """Each slice's agent, narrowed to the slice's family where the agent offers that
     (``Agent.for_family``), and the static agent id of every episode."""
     given = (agent,) if isinstance(agent, Agent) else tuple(agent)
@@ -294,7 +304,7 @@ def run_plan(
 
     problems = _by_family(plan, generate, keys, d)
     envs = tuple(family(entry[0]).env for entry in plan)
-    agents, agent_ids = _narrowed(plan, agent)
+    agents, agent_ids = narrowed_agents(plan, agent)
     short = max_turns_for(())
     long = np.concatenate(
         [np.full(e[1], max_turns_for((env,)) > short) for e, env in zip(plan, envs, strict=True)]
@@ -305,9 +315,7 @@ def run_plan(
     )
 
     def score(name, states):
-        fam = family(name).env
-        fams = ALL_FAMILIES if fam == C.Env.JOURNEY else (fam,)
-        return _score(catalog, states, params, fams).reward
+        return score_states(catalog, states, params, families_for(family(name).env)).reward
 
     reward = _by_family(plan, score, res.state)
     return res.replace(state=res.state.replace(reward=reward))

@@ -22,7 +22,7 @@ from ecomjax.catalog.synthetic import generate_catalog
 from ecomjax.catalog.types import Catalog
 from ecomjax.core import reset, step
 from ecomjax.registry import Family, family
-from ecomjax.rollout import run_batch_jit
+from ecomjax.rollout import families_for, run_batch_jit
 from ecomjax.types import EnvParams, Observation, Problem, UserAct
 
 # Problem fields that name the hidden goal by index or answer (SPEC §10.1 "never
@@ -193,8 +193,9 @@ def api_test(
     check_no_hidden_fields()
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(0), i))(jnp.arange(n))
     d = jnp.arange(n, dtype=jnp.int32) % (C.D_MAX + 1)
-    first = run_batch_jit(catalog, keys, d, fam.generate, ag, params)
-    again = run_batch_jit(catalog, keys, d, fam.generate, ag, params)
+    fams = families_for(fam.env)
+    first = run_batch_jit(catalog, keys, d, fam.generate, ag, params, families=fams)
+    again = run_batch_jit(catalog, keys, d, fam.generate, ag, params, families=fams)
     if not tree_equal(first.state, again.state):
         raise AssertionError("the same keys did not replay bit-identically")
     for i in (0, n - 1):

@@ -17,7 +17,7 @@ from ecomjax import exposure as X
 from ecomjax.agents import oracle_agent, random_agent
 from ecomjax.difficulty import AxisOverrides
 from ecomjax.registry import family
-from ecomjax.rollout import run_batch_jit
+from ecomjax.rollout import families_for, run_batch_jit
 from ecomjax.shocks import keyed_uniform
 from ecomjax.testing import tree_equal
 from ecomjax.types import EnvParams
@@ -138,8 +138,8 @@ def test_episodes_bit_identical_in_both_layouts(catalog, name, agent):
     for mode in ("dense", "sparse"):
         res = run_batch_jit(
             catalog, keys, d, fam.generate, AGENT[agent], EnvParams(exposure=mode),
-            families=(int(fam.env),) if fam.env != C.Env.JOURNEY else tuple(int(e) for e in C.Env),
-        )  # fmt: skip
+            families=families_for(fam.env),
+        )
         out[mode] = res.state
     dense, sparse = out["dense"], out["sparse"]
     _assert_rewards_match(dense.reward, sparse.reward)

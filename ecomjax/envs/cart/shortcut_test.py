@@ -20,6 +20,7 @@ from ecomjax.testing import rate_exceeds
 
 B = 2100
 D = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
+CART = (int(C.Env.CART),)  # only CART's verifier is traced
 BOUND = 0.40
 
 
@@ -27,7 +28,7 @@ def _play(catalog, params, seed: int):
     """(d, IsCorrect, pending variant-required items [B, MI], added [B, MI], added under
     the wanted variant only [B, MI])."""
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(jnp.arange(B))
-    st = run_batch_jit(catalog, keys, D, generate, own_variant_agent, params).state
+    st = run_batch_jit(catalog, keys, D, generate, own_variant_agent, params, families=CART).state
     prob = st.problem
     pending = np.asarray(prob.pending[:, 0, :, C.Slot.VARIANT] & prob.item_var_req)
     correct, other = jax.vmap(item_units)(prob, st.world)
