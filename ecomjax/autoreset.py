@@ -33,9 +33,17 @@ from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
 from ecomjax.core import reset
 from ecomjax.registry import family
-from ecomjax.rollout import AGENT_STREAM, Plan, _narrowed, _runs, _score, slices, step_batch
+from ecomjax.rollout import (
+    AGENT_STREAM,
+    Plan,
+    agent_runs,
+    families_for,
+    narrowed_agents,
+    score_states,
+    slices,
+    step_batch,
+)
 from ecomjax.types import EnvParams, EpisodeState, Observation, RewardInfo, empty_results
-from ecomjax.verify import ALL_FAMILIES
 
 SampleD = Callable[[jax.Array, jax.Array], jax.Array]  # (episode ids, task ids) -> d
 
@@ -143,7 +151,7 @@ def init(catalog: Catalog, plan: Plan, agent, params: EnvParams) -> Lanes:
     """Lanes holding no episode yet: placeholders marked ended, which the first steps of
     ``advance`` recycle at the slot rate. Nothing is generated here (so nothing compiles
     twice), and the staggered start spreads later recycling over the steps."""
-    agents, ids = _narrowed(plan, agent)
+    agents, ids = narrowed_agents(plan, agent)
     parts = []
     for entry, (_, a, b) in zip(plan, slices(plan), strict=True):
         zeros = jnp.zeros(b - a, jnp.int32)
@@ -156,7 +164,7 @@ def init(catalog: Catalog, plan: Plan, agent, params: EnvParams) -> Lanes:
     starts = [a for _, a, _ in slices(plan)]
     memory = tuple(  # one memory tree per agent run, over the slices it spans
         _cat(*[p[2] for p, a in zip(parts, starts, strict=True) if ra <= a < rb])
-        for _, ra, rb in _runs(ids)
+        for _, ra, rb in agent_runs(ids)
     )
     batch = int(ids.shape[0])
     state = _cat(*[p[0] for p in parts])
@@ -182,7 +190,7 @@ def _set(tree, dest, new):
 
 def _recycle(catalog, lanes: Lanes, run_key, plan, agents, ids, params, sample_d, slots):
     """Score ended lanes and start their next episodes, up to ``slots[i]`` per slice."""
-    runs = _runs(ids)
+    runs = agent_runs(ids)
     batch = int(ids.shape[0])
     ended = lanes.state.dialogue.termination != C.Termination.RUNNING
     rows = []
@@ -196,7 +204,7 @@ def _recycle(catalog, lanes: Lanes, run_key, plan, agents, ids, params, sample_d
         new_hand = jnp.where(valid.any(), (hand + last + 1) % n, hand)
         old = jax.tree_util.tree_map(lambda x: x[lane], lanes.state)
         fam = family(name).env
-        reward = _score(catalog, old, params, ALL_FAMILIES if fam == C.Env.JOURNEY else (fam,))
+        reward = score_states(catalog, old, params, families_for(fam))
         rows.append(
             Completed(
                 valid=valid & (lanes.episode[lane] >= 0),
@@ -251,8 +259,8 @@ def advance(
     Returns the lanes (pass them to the next call: episodes in flight carry over), the
     completed episodes, [steps, sum(slots)] with ``valid`` marking filled slots, and the
     number of agent turns taken (int32)."""
-    agents, ids = _narrowed(plan, agent)
-    runs = _runs(ids)
+    agents, ids = narrowed_agents(plan, agent)
+    runs = agent_runs(ids)
     slots = default_slots(plan) if slots is None else tuple(slots)
     if len(slots) != len(plan) or min(slots) < 1:
         raise ValueError(f"slots needs one positive count per plan slice, got {slots}")

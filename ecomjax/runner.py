@@ -24,7 +24,7 @@ from ecomjax.agents.oracle import make_oracle
 from ecomjax.catalog.synthetic import generate_catalog
 from ecomjax.catalog.types import Catalog
 from ecomjax.registry import family, resolve_tasks
-from ecomjax.rollout import run_plan, slices
+from ecomjax.rollout import run_plan
 from ecomjax.types import EnvParams
 
 
@@ -95,6 +95,69 @@ class RunResult:
         }
 
 
+def _reward_columns(r) -> jax.Array:
+    """[B, 5] per-episode columns in ``TaskStats`` order."""
+    cols = [r.is_correct.astype(jnp.float32), r.r_total, r.r_task, r.r_eff, r.r_hall]
+    return jnp.stack(cols, -1)
+
+
+@dataclass
+class _Tally:
+    """What both kinds of round report: per-task stats, counts, steady-state seconds and
+    the curriculum window after every round."""
+
+    tasks: tuple[str, ...]
+    ccfg: cur.CurriculumConfig
+    progress: Callable | None
+    stats: dict[str, TaskStats] = field(init=False)
+    episodes: int = 0
+    steps: int = 0
+    seconds: float = 0.0
+    history: list[dict[str, tuple[int, int]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.stats = {t: TaskStats() for t in self.tasks}
+
+    def timed(self, fn: Callable, *args):
+        """``fn(*args)`` blocked until ready; only this time counts as steady state."""
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(fn(*args))
+        self.seconds += time.perf_counter() - t0
+        return out
+
+    def record(self, rnd: int, cstate, task: np.ndarray, d, cols, n_steps) -> None:
+        """One round's completed episodes: ``task`` indexes ``tasks`` per row."""
+        d, cols = np.asarray(d), np.asarray(cols, np.float64)
+        for i, name in enumerate(self.tasks):
+            sel = task == i
+            self.stats[name].add(d[sel], cols[sel])
+        self.episodes += int(task.shape[0])
+        self.steps += int(n_steps)
+        lo, hi = cur.window(cstate, self.ccfg)
+        self.history.append({t: (int(lo[i]), int(hi[i])) for i, t in enumerate(self.tasks)})
+        if self.progress is not None:
+            self.progress(rnd, self.history[-1])
+
+    def result(self, compile_s: float) -> RunResult:
+        return RunResult(
+            episodes=self.episodes,
+            env_steps=self.steps,
+            seconds=self.seconds,
+            compile_s=compile_s,
+            per_task=self.stats,
+            curriculum=self.history[-1],
+            history=self.history,
+        )
+
+
+def _compiled(fn, *args) -> tuple[Callable, float]:
+    """``fn`` compiled for ``args``, and the seconds it took (reported apart from the
+    steady state)."""
+    t0 = time.perf_counter()
+    out = fn.lower(*args).compile()
+    return out, time.perf_counter() - t0
+
+
 def _make_round(plan, agent, params: EnvParams, cfg, mode: str) -> Callable:
     """One round over a mixed batch: sample d per episode from its task's window, play
     every slice at once, update every task's curriculum. One compile for all tasks. The
@@ -112,9 +175,7 @@ def _make_round(plan, agent, params: EnvParams, cfg, mode: str) -> Callable:
         res = run_plan(catalog, keys, d, plan, agent, params)
         r = res.state.reward
         cstate = cur.update(cstate, tasks, d, r.is_correct, None, cfg, mode=mode)
-        cols = jnp.stack(
-            [r.is_correct.astype(jnp.float32), r.r_total, r.r_task, r.r_eff, r.r_hall], -1
-        )
+        cols = _reward_columns(r)
         return cstate, d, cols, res.env_steps
 
     return round_fn
@@ -139,9 +200,7 @@ def _make_autoreset_round(plan, agent, params: EnvParams, cfg, mode: str, steps:
         flat = jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), done)
         r = flat.reward
         cstate = cur.update(cstate, flat.task, flat.d, r.is_correct, flat.valid, cfg, mode=mode)
-        cols = jnp.stack(
-            [r.is_correct.astype(jnp.float32), r.r_total, r.r_task, r.r_eff, r.r_hall], -1
-        )
+        cols = _reward_columns(r)
         return cstate, lanes, flat.valid, flat.task, flat.d, cols, n_steps
 
     return round_fn
@@ -184,51 +243,21 @@ def run(
     if cfg.auto_reset:
         return _run_autoreset(cfg, tasks, plan, agent, params, ccfg, mode, catalog, progress)
     cstate = cur.init(len(tasks))
-    stats = {t: TaskStats() for t in tasks}
-    fn = jax.jit(_make_round(plan, agent, params, ccfg, mode))
-    t0 = time.perf_counter()
-    fn = fn.lower(
-        catalog, cstate, jax.random.key(0), jnp.int32(0), jnp.int32(0), jnp.bool_(False)
-    ).compile()
-    compile_s = time.perf_counter() - t0
-    seconds, episodes, steps, counter = 0.0, 0, 0, 0
-    history = []
+    tally = _Tally(tasks, ccfg, progress)
+    fn, compile_s = _compiled(
+        jax.jit(_make_round(plan, agent, params, ccfg, mode)),
+        *(catalog, cstate, jax.random.key(0), jnp.int32(0), jnp.int32(0), jnp.bool_(False)),
+    )
     base = jax.random.key(cfg.seed)
-    fixed = cfg.difficulty if cfg.difficulty is not None else 0
-    bounds = [(name, a, b) for name, a, b in slices(plan)]
+    fixed, use_fixed = jnp.int32(cfg.difficulty or 0), jnp.bool_(cfg.difficulty is not None)
+    task = np.concatenate([np.full(n, i) for i, (_, n) in enumerate(plan)])
     for rnd in range(cfg.rounds):
         key = jax.random.fold_in(base, rnd)
-        t0 = time.perf_counter()
-        out = fn(
-            catalog,
-            cstate,
-            key,
-            jnp.int32(counter),
-            jnp.int32(fixed),
-            jnp.bool_(cfg.difficulty is not None),
-        )
-        out = jax.block_until_ready(out)
-        seconds += time.perf_counter() - t0
+        first = jnp.int32(rnd * cfg.batch)
+        out = tally.timed(fn, catalog, cstate, key, first, fixed, use_fixed)
         cstate, d, cols, n_steps = out
-        d, cols = np.asarray(d), np.asarray(cols, np.float64)
-        for name, a, b in bounds:
-            stats[name].add(d[a:b], cols[a:b])
-        episodes += cfg.batch
-        steps += int(n_steps)
-        counter += cfg.batch
-        lo, hi = cur.window(cstate, ccfg)
-        history.append({t: (int(lo[i]), int(hi[i])) for i, t in enumerate(tasks)})
-        if progress is not None:
-            progress(rnd, history[-1])
-    return RunResult(
-        episodes=episodes,
-        env_steps=steps,
-        seconds=seconds,
-        compile_s=compile_s,
-        per_task=stats,
-        curriculum=history[-1],
-        history=history,
-    )
+        tally.record(rnd, cstate, task, d, cols, n_steps)
+    return tally.result(compile_s)
 
 
 def _run_autoreset(cfg, tasks, plan, agent, params, ccfg, mode, catalog, progress) -> RunResult:
@@ -236,40 +265,20 @@ def _run_autoreset(cfg, tasks, plan, agent, params, ccfg, mode, catalog, progres
     counts the episodes completed in its ``cfg.auto_reset`` steps (the first round starts
     from empty lanes). Episodes still running after the last round are not counted."""
     cstate = cur.init(len(tasks))
-    stats = {t: TaskStats() for t in tasks}
+    tally = _Tally(tasks, ccfg, progress)
     round_fn = _make_autoreset_round(plan, agent, params, ccfg, mode, cfg.auto_reset)
     run_key = jax.random.key(cfg.seed)
-    fixed = jnp.int32(cfg.difficulty if cfg.difficulty is not None else 0)
-    use_fixed = jnp.bool_(cfg.difficulty is not None)
+    fixed, use_fixed = jnp.int32(cfg.difficulty or 0), jnp.bool_(cfg.difficulty is not None)
     t0 = time.perf_counter()
     lanes = jax.jit(lambda c: autoreset.init(c, plan, agent, params))(catalog)
-    fn = jax.jit(round_fn, donate_argnums=(2,))
-    fn = fn.lower(catalog, cstate, lanes, run_key, fixed, use_fixed).compile()
-    compile_s = time.perf_counter() - t0
-    seconds, episodes, steps = 0.0, 0, 0
-    history = []
-    for rnd in range(cfg.rounds):
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(fn(catalog, cstate, lanes, run_key, fixed, use_fixed))
-        seconds += time.perf_counter() - t0
-        cstate, lanes, valid, task, d, cols, n_steps = out
-        valid, task, d = np.asarray(valid), np.asarray(task), np.asarray(d)
-        cols = np.asarray(cols, np.float64)
-        for i, name in enumerate(tasks):
-            sel = valid & (task == i)
-            stats[name].add(d[sel], cols[sel])
-        episodes += int(valid.sum())
-        steps += int(n_steps)
-        lo, hi = cur.window(cstate, ccfg)
-        history.append({t: (int(lo[i]), int(hi[i])) for i, t in enumerate(tasks)})
-        if progress is not None:
-            progress(rnd, history[-1])
-    return RunResult(
-        episodes=episodes,
-        env_steps=steps,
-        seconds=seconds,
-        compile_s=compile_s,
-        per_task=stats,
-        curriculum=history[-1],
-        history=history,
+    init_s = time.perf_counter() - t0
+    fn, compile_s = _compiled(
+        jax.jit(round_fn, donate_argnums=(2,)), catalog, cstate, lanes, run_key, fixed, use_fixed
     )
+    for rnd in range(cfg.rounds):
+        out = tally.timed(fn, catalog, cstate, lanes, run_key, fixed, use_fixed)
+        cstate, lanes, valid, task, d, cols, n_steps = out
+        ok = np.asarray(valid)
+        rows = (np.asarray(x)[ok] for x in (task, d, cols))
+        tally.record(rnd, cstate, *rows, n_steps)
+    return tally.result(init_s + compile_s)
