@@ -157,21 +157,55 @@ def sweep(catalog, params, request):
     return d, res
 
 
-def test_events_view_is_the_stable_partition_of_the_ring_newest_first():
-    """The oracle's shock view: ids in the stored answer first, then the rest, each newest
-    first (a numpy stable sort as reference), over thousands of keyed rings."""
-    from ecomjax.envs.journey.oracle import N_SHOCKED, _events_view
+def test_oracle_never_stores_a_ranked_answer_naming_a_reported_shock(catalog):
+    """A PD/SUB answer the JOURNEY oracle stores or re-makes names no product any earlier
+    turn's shock events reported, over journeys with a high shock hazard (so many shocks
+    land while other sub-goals' plans act; a plan's own memory moves only on its turns).
+    It failed with the 256-id shock ring and 32-id per-plan view this replaced."""
+    from ecomjax.core import reset
+    from ecomjax.rollout import AGENT_STREAM, max_turns_for, step_batch
 
-    b, n = 3000, C.MAX_EVENTS
-    k = jax.random.split(jax.random.key(11), 3)
-    ring = np.asarray(jax.random.randint(k[0], (b, N_SHOCKED), -1, 60))
-    count = np.asarray(jax.random.randint(k[1], (b,), 0, 3 * N_SHOCKED))
-    first = np.asarray(jax.random.randint(k[2], (b, C.MAX_K_REC), -1, 60))
-    got = np.asarray(
-        jax.jit(jax.vmap(lambda r, c, f: _events_view(r, c, f, n)))(ring, count, first)
-    )
-    for i in range(b):
-        age = (count[i] - 1 - np.arange(N_SHOCKED)) % N_SHOCKED
-        hit = np.isin(ring[i], first[i]) & (ring[i] >= 0)
-        order = np.lexsort((age, ~hit))
-        assert (got[i] == ring[i][order][:n]).all()
+    params = EnvParams(overrides=AxisOverrides(shock_hazard=0.3))
+    b, n = 21 * 12, catalog.n_products
+    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(77), i))(jnp.arange(b))
+    d = jnp.arange(b, dtype=jnp.int32) % 21
+    agent = make_oracle((E.JOURNEY,))
+    ranked = jnp.array([E.PD, E.SUB])
+
+    @jax.jit
+    def replay(keys, d):
+        problems = jax.vmap(generate, (0, None, 0, None))(keys, catalog, d, params)
+        states, ts = jax.vmap(reset, (0, None, 0, None))(keys, catalog, problems, params)
+        akeys = jax.vmap(lambda k: jax.random.fold_in(k, AGENT_STREAM))(keys)
+        memory = jax.vmap(agent.init, (0, 0, None))(akeys, ts.observation, catalog)
+
+        def turn(carry, t):
+            states, obs, memory, ever, bad, stored, events = carry
+            live = states.dialogue.termination == C.Termination.RUNNING
+            ev = obs.events
+            ever = jax.vmap(lambda e, x: e.at[jnp.where(x >= 0, x, n)].set(True, mode="drop"))(
+                ever, ev
+            )
+            k = jax.vmap(lambda key: jax.random.fold_in(key, t))(akeys)
+            memory, act = jax.vmap(agent.act, (0, 0, 0, None))(k, memory, obs, catalog)
+            sub = act.answer.sub
+            entry = (live & act.answer.present)[:, None] & jnp.isin(sub.env, ranked)
+            ids = sub.rec
+            named = jax.vmap(lambda e, x: e[jnp.clip(x, 0, n - 1)] & (x >= 0))(ever, ids)
+            bad = bad + (entry[:, :, None] & named).sum((1, 2))
+            stored = stored + entry.sum(1)
+            events = events + jnp.where(live, (ev >= 0).sum(1), 0)
+            states, ts = step_batch(catalog, states, act, params, live, (int(E.JOURNEY),))
+            return (states, ts.observation, memory, ever, bad, stored, events), None
+
+        z = jnp.zeros(b, jnp.int32)
+        carry = (states, ts.observation, memory, jnp.zeros((b, n), bool), z, z, z)
+        carry, _ = jax.lax.scan(turn, carry, jnp.arange(max_turns_for([E.JOURNEY])))
+        return problems.sub_env, carry[4], carry[5], carry[6]
+
+    sub_env, bad, stored, events = (np.asarray(x) for x in replay(keys, d))
+    n_ranked = np.isin(sub_env, [E.PD, E.SUB]).sum(1)
+    assert events.sum() > 10 * b  # the hazard really shocks
+    assert (stored > n_ranked).sum() > b // 10  # spoiled answers really get re-made
+    assert bad.sum() == 0, f"{(bad > 0).sum()} of {b} journeys stored a shocked product"
+    print(f"events {events.sum()}, re-made {(stored > n_ranked).sum()} of {b}")

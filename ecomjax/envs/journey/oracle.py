@@ -9,10 +9,14 @@ Two details keep the plans sound over a long conversation:
 - everything the customer has stated is kept per sub-goal and shown to the plan whenever
   it runs, so values told while another plan was acting are not lost;
 - stock shocks keep happening after a PD or SUB answer is stored, and the episode is scored
-  against stock at termination. Every shocked id is remembered. Once every sub-goal has an
-  answer, a stored PD/SUB answer that names a shocked product is re-made: its plan runs
-  from its verified cards in the closing turn itself, so no shock can follow it; a plan
-  left with too few valid cards first gets a turn to search again.
+  against stock at termination. Every turn's shock events are struck from the PD and SUB
+  plans' cards whichever plan acts (a plan's own memory moves only on its own turns), and
+  a stored answer that names a shocked product is marked spoiled. Once every sub-goal has
+  an answer, a spoiled PD/SUB answer is re-made: its plan runs from its verified cards in
+  the closing turn itself, so no shock can follow it; a plan left with too few valid cards
+  first gets a turn to search again. (An earlier version kept a 256-id ring of shocked ids
+  and showed each plan the 32 most relevant: at N = 100k a journey sees ~200 shocks, and
+  a card shocked during another plan's turns could be re-offered in the repair.)
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from ecomjax import constants as C
-from ecomjax.compact import compact
+from ecomjax.envs.pd.oracle import drop_shocked
 from ecomjax.registry import module
 from ecomjax.types import (
     Observation,
@@ -36,8 +40,8 @@ from ecomjax.types import (
 E = C.Env
 MS = C.MAX_SUBGOALS
 FAMILIES: tuple[E, ...] = (E.PD, E.SUB, E.CART, E.RETURN, E.STATUS, E.POLICY, E.BUNDLE)
-N_SHOCKED = 256  # more than the products a journey can expose at N = 1000
-RANKED = jnp.array([E.PD, E.SUB])  # families whose stored answer a shock can spoil
+RANKED_PLANS: tuple[E, ...] = (E.PD, E.SUB)  # families whose stored answer a shock can spoil
+RANKED = jnp.array(RANKED_PLANS)
 
 
 @struct.dataclass
@@ -101,8 +105,7 @@ class JourneyMemory:
     addressed: jax.Array  # bool [MS], answered by us
     last_actor: jax.Array  # int32, the sub-goal whose plan acted last turn (-1 none)
     working: jax.Array  # int32, the sub-goal being worked on (-1 none)
-    shocked: jax.Array  # int32 [N_SHOCKED], ring buffer of shocked product ids
-    n_shocked: jax.Array  # int32
+    spoiled: jax.Array  # bool [MS], a stored PD/SUB answer names a product shocked since
     stored_rec: jax.Array  # int32 [MS, MAX_K_REC], our stored PD/SUB recommendations
 
 
@@ -116,32 +119,9 @@ def init_memory() -> JourneyMemory:
         addressed=jnp.zeros(MS, bool),
         last_actor=jnp.int32(-1),
         working=jnp.int32(-1),
-        shocked=jnp.full(N_SHOCKED, -1, jnp.int32),
-        n_shocked=jnp.int32(0),
+        spoiled=jnp.zeros(MS, bool),
         stored_rec=jnp.full((MS, C.MAX_K_REC), -1, jnp.int32),
     )
-
-
-def _remember_shocks(mem: JourneyMemory, events: jax.Array) -> tuple[jax.Array, jax.Array]:
-    live = events >= 0
-    pos = (mem.n_shocked + jnp.cumsum(live) - 1) % N_SHOCKED
-    shocked = mem.shocked.at[jnp.where(live, pos, N_SHOCKED)].set(events, mode="drop")
-    return shocked, mem.n_shocked + live.sum()
-
-
-def _events_view(mem_shocked: jax.Array, n_shocked: jax.Array, first: jax.Array, n: int):
-    """int32 [n]: shocked ids for a plan's view: those in ``first`` (its stored answer)
-    ahead of the rest, the rest most recent first. A stable partition of the ring read
-    newest first (two prefix-count compactions; a sort here ran 7 times a turn)."""
-    size = mem_shocked.shape[0]
-    newest_first = mem_shocked[(n_shocked - 1 - jnp.arange(size)) % size]
-    hit = (newest_first[:, None] == first[None, :]).any(-1) & (newest_first >= 0)
-    m = min(n, size)
-    ahead, rest = compact(newest_first, hit, m), compact(newest_first, ~hit, m)
-    i = jnp.arange(m)
-    n_hit = hit.sum()
-    out = jnp.where(i < n_hit, ahead, rest[jnp.clip(i - n_hit, 0, m - 1)])
-    return jnp.pad(out, (0, n - m), constant_values=-1)
 
 
 def act(mem: JourneyMemory, obs: Observation, catalog, sub=0):
@@ -155,7 +135,8 @@ def act(mem: JourneyMemory, obs: Observation, catalog, sub=0):
     )
     n_sub = jnp.where(r.n_subgoals > 0, r.n_subgoals, mem.n_subgoals)
     known = _fold(mem.known, r)
-    shocked, n_shocked = _remember_shocks(mem, obs.events)
+    events = obs.events
+    named = (mem.stored_rec[:, :, None] == events[None, None, :]) & (events >= 0)
     # Work on one plan until it answers; then on the customer's active sub-goal if open.
     open_ = (sub_env >= 0) & ~mem.addressed
     active = jnp.clip(r.active, 0, MS - 1)
@@ -164,24 +145,21 @@ def act(mem: JourneyMemory, obs: Observation, catalog, sub=0):
         keep, mem.working, jnp.where(open_[active], active, jnp.argmax(open_))
     ).astype(jnp.int32)
     all_done = mem.addressed.sum() >= jnp.maximum(n_sub, 1)
-    spoiled = (mem.stored_rec[:, :, None] == shocked[None, None, :]).any((1, 2))
-    spoiled &= mem.addressed & jnp.isin(sub_env, RANKED)
+    spoiled = (mem.spoiled | named.any((1, 2))) & mem.addressed & jnp.isin(sub_env, RANKED)
 
-    # Every plan reads its own sub-goal's rows; each sees the shocks so far.
+    # Every plan reads its own sub-goal's rows and this turn's shocks.
     reply = r.replace(**{k: getattr(known, k) for k in Known.__dataclass_fields__})
     outputs, new_plans, slot_of = {}, {}, {}
     for f in FAMILIES:
         name = E(f).name
         slot = jnp.argmax(sub_env == f).astype(jnp.int32)
         own = mem.last_actor == slot
-        events = _events_view(shocked, n_shocked, mem.stored_rec[slot], obs.events.shape[0])
         view = obs.replace(
             env=jnp.int32(f),
             reply=reply,
             results=jax.tree_util.tree_map(
                 lambda a, b, own=own: jnp.where(own, a, b), obs.results, empty_results()
             ),
-            events=events,
         )
         new_plans[name], outputs[f] = module(f, "oracle").act(mem.plans[name], view, catalog, slot)
         slot_of[f] = slot
@@ -244,6 +222,14 @@ def act(mem: JourneyMemory, obs: Observation, catalog, sub=0):
         plans[name] = jax.tree_util.tree_map(
             lambda a, b, commit=commit: jnp.where(commit, a, b), new_plans[name], mem.plans[name]
         )
+        if f in RANKED_PLANS:  # a plan that did not act still loses its shocked cards
+            kept = plans[name].cards
+            struck = drop_shocked(kept, events)
+            plans[name] = plans[name].replace(
+                cards=jax.tree_util.tree_map(
+                    lambda a, b, commit=commit: jnp.where(commit, a, b), kept, struck
+                )
+            )
     stored = jnp.where(here[:, None] & answering, ans.main.rec[None, : C.MAX_K_REC], mem.stored_rec)
     mem = mem.replace(
         plans=plans,
@@ -254,8 +240,7 @@ def act(mem: JourneyMemory, obs: Observation, catalog, sub=0):
         addressed=addressed,
         last_actor=actor,
         working=working,
-        shocked=shocked,
-        n_shocked=n_shocked,
+        spoiled=jnp.where(here & answering, False, spoiled),
         stored_rec=stored,
     )
     return mem, action

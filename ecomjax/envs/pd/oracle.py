@@ -113,8 +113,12 @@ def read_cards(cards: Cards, obs: Observation, expect: jax.Array) -> Cards:
         Cards(s.ids[i], s.stock[i], s.score[i], s.total[i], jnp.int32(0), jnp.bool_(True)),
         cards,
     )
-    ev = obs.events
-    hit = (cards.ids[:, None] == ev[None, :]).any(-1) & (cards.ids >= 0)
+    return drop_shocked(cards, obs.events)
+
+
+def drop_shocked(cards: Cards, events: jax.Array) -> Cards:
+    """The cards without the products a turn's shock events name."""
+    hit = (cards.ids[:, None] == events[None, :]).any(-1) & (cards.ids >= 0)
     return cards.replace(ids=jnp.where(hit, -1, cards.ids), dropped=cards.dropped + hit.sum())
 
 
