@@ -44,6 +44,11 @@ def enable(path: str | os.PathLike | None = None, enabled: bool = True) -> Path 
     return where
 
 
+def chosen() -> Path | None:
+    """The directory the entry point chose, or None (off, or no entry point chose)."""
+    return _chosen[0] if _chosen else None
+
+
 def configured() -> bool:
     """Whether an entry point of this process already chose (library code then defers)."""
     return bool(_chosen)

@@ -23,6 +23,7 @@ from ecomjax.agents import AGENTS
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.catalog.synthetic import generate_catalog
 from ecomjax.catalog.types import Catalog
+from ecomjax.program_cache import compile_program
 from ecomjax.registry import family, resolve_tasks
 from ecomjax.rollout import run_plan
 from ecomjax.types import EnvParams
@@ -150,12 +151,16 @@ class _Tally:
         )
 
 
-def _compiled(fn, *args) -> tuple[Callable, float]:
-    """``fn`` compiled for ``args``, and the seconds it took (reported apart from the
-    steady state)."""
-    t0 = time.perf_counter()
-    out = fn.lower(*args).compile()
-    return out, time.perf_counter() - t0
+def _compiled(name: str, fn, args: tuple, static: str, donate=()) -> tuple[Callable, float]:
+    """``fn`` compiled for ``args`` (through the program cache when an entry point turned
+    it on), and the seconds it took (reported apart from the steady state)."""
+    out, seconds, _ = compile_program(name, fn, args, static, donate)
+    return out, seconds
+
+
+def _static(plan, agent, params: EnvParams, ccfg, mode: str, *extra) -> str:
+    """What a round closes over, for the program cache's key."""
+    return repr((tuple(plan), agent.name, params, ccfg, mode, extra))
 
 
 def _make_round(plan, agent, params: EnvParams, cfg, mode: str) -> Callable:
@@ -245,8 +250,10 @@ def run(
     cstate = cur.init(len(tasks))
     tally = _Tally(tasks, ccfg, progress)
     fn, compile_s = _compiled(
-        jax.jit(_make_round(plan, agent, params, ccfg, mode)),
-        *(catalog, cstate, jax.random.key(0), jnp.int32(0), jnp.int32(0), jnp.bool_(False)),
+        "round",
+        _make_round(plan, agent, params, ccfg, mode),
+        (catalog, cstate, jax.random.key(0), jnp.int32(0), jnp.int32(0), jnp.bool_(False)),
+        _static(plan, agent, params, ccfg, mode),
     )
     base = jax.random.key(cfg.seed)
     fixed, use_fixed = jnp.int32(cfg.difficulty or 0), jnp.bool_(cfg.difficulty is not None)
@@ -269,11 +276,17 @@ def _run_autoreset(cfg, tasks, plan, agent, params, ccfg, mode, catalog, progres
     round_fn = _make_autoreset_round(plan, agent, params, ccfg, mode, cfg.auto_reset)
     run_key = jax.random.key(cfg.seed)
     fixed, use_fixed = jnp.int32(cfg.difficulty or 0), jnp.bool_(cfg.difficulty is not None)
-    t0 = time.perf_counter()
-    lanes = jax.jit(lambda c: autoreset.init(c, plan, agent, params))(catalog)
-    init_s = time.perf_counter() - t0
+    static = _static(plan, agent, params, ccfg, mode, cfg.auto_reset)
+    init, init_s = _compiled(
+        "autoreset-init", lambda c: autoreset.init(c, plan, agent, params), (catalog,), static
+    )
+    lanes = init(catalog)
     fn, compile_s = _compiled(
-        jax.jit(round_fn, donate_argnums=(2,)), catalog, cstate, lanes, run_key, fixed, use_fixed
+        "autoreset-round",
+        round_fn,
+        (catalog, cstate, lanes, run_key, fixed, use_fixed),
+        static,
+        donate=(2,),
     )
     for rnd in range(cfg.rounds):
         out = tally.timed(fn, catalog, cstate, lanes, run_key, fixed, use_fixed)

@@ -11,7 +11,7 @@ from ecomjax import compile_cache
 
 RUN = [sys.executable, "-m", "ecomjax.cli", "run", "--tasks", "STATUS", "--batch", "16"]
 RUN += ["--rounds", "1", "--catalog-size", "200", "--json"]
-HIT = "Persistent compilation cache hit for 'jit_round_fn'"
+HIT = "Persistent compilation cache hit for 'jit_round'"
 
 
 def _entries(path: Path) -> set[str]:
