@@ -146,6 +146,7 @@ def compile_program(
     args: tuple,
     static: str,
     donate_argnums: tuple[int, ...] = (),
+    compiler_options: dict[str, Any] | None = None,
 ) -> tuple[Callable, float, bool]:
     """``fn`` compiled for ``args``: (callable, seconds to get it, whether it was loaded).
 
@@ -154,8 +155,8 @@ def compile_program(
     t0 = time.perf_counter()
     where = directory()
     if where is None:
-        out = jax.jit(fn, donate_argnums=donate_argnums).lower(*args).compile()
-        return out, time.perf_counter() - t0, False
+        lowered = jax.jit(fn, donate_argnums=donate_argnums).lower(*args)
+        return lowered.compile(compiler_options), time.perf_counter() - t0, False
     path = where / f"{name}-{entry_key(args, static, donate_argnums)[:40]}.jaxprog"
     entry = _read(path) if path.exists() else None
     loaded = entry is not None
@@ -175,7 +176,8 @@ def compile_program(
         return exported.call(*raw)
 
     program.__name__ = program.__qualname__ = name.replace("-", "_")  # JAX's logs name it
-    compiled = jax.jit(program, donate_argnums=donated).lower(*_raw(leaves, in_impls)).compile()
+    lowered = jax.jit(program, donate_argnums=donated).lower(*_raw(leaves, in_impls))
+    compiled = lowered.compile(compiler_options)
 
     def call(*call_args):
         flat_args = jax.tree_util.tree_leaves(call_args)
@@ -183,3 +185,56 @@ def compile_program(
         return jax.tree_util.tree_unflatten(out_tree, _typed(list(out), out_impls))
 
     return call, time.perf_counter() - t0, loaded
+
+
+class KeptJit:
+    """``jax.jit(fn, static_argnums=static)`` whose programs are kept between launches
+    (when an entry point turned the cache on): one program per static values and argument
+    avals, compiled on first call. The static arguments' ``repr`` goes into the key."""
+
+    def __init__(self, name: str, fn: Callable, static: tuple[int, ...], options=None):
+        self._name, self._fn, self._static = name, fn, tuple(sorted(static))
+        self._options = dict(options) if options else None
+        self._programs: dict[tuple, Callable] = {}
+
+    def __call__(self, *args):
+        if directory() is None:  # cache off: exactly jax.jit, with its own dispatch
+            sig = ("jit",)
+            if sig not in self._programs:
+                self._programs[sig] = jax.jit(
+                    self._fn, static_argnums=self._static, compiler_options=self._options
+                )
+            return self._programs[sig](*args)
+        statics = tuple(args[i] for i in self._static)
+        dynamic = tuple(a for i, a in enumerate(args) if i not in self._static)
+        leaves, tree = jax.tree_util.tree_flatten(dynamic)
+        avals = tuple((jnp.shape(x), str(jnp.result_type(x)), _weak(x)) for x in leaves)
+        sig = (statics, tree, avals)
+        call = self._programs.get(sig)
+        if call is None:
+            call = self._compile(statics, dynamic)
+            self._programs[sig] = call
+        return call(*dynamic)
+
+    def _compile(self, statics: tuple, dynamic: tuple) -> Callable:
+        fn, where = self._fn, self._static
+
+        def bound(*dyn):
+            full, rest = [], iter(dyn)
+            for i in range(len(dyn) + len(where)):
+                full.append(statics[where.index(i)] if i in where else next(rest))
+            return fn(*full)
+
+        call, _, _ = compile_program(
+            self._name, bound, dynamic, repr(statics), compiler_options=self._options
+        )
+        return call
+
+    def _cache_size(self) -> int:
+        jitted = self._programs.get(("jit",))
+        kept = len(self._programs) - (jitted is not None)
+        return kept + (jitted._cache_size() if jitted is not None else 0)
+
+
+def _weak(x: Any) -> bool:
+    return bool(getattr(x, "weak_type", isinstance(x, (bool, int, float, complex))))

@@ -48,6 +48,7 @@ from ecomjax.catalog.synthetic import synthetic_tables
 from ecomjax.catalog.types import Catalog, CatalogTables
 from ecomjax.core import reset as core_reset
 from ecomjax.core import step as core_step
+from ecomjax.program_cache import KeptJit
 from ecomjax.registry import family as get_family
 from ecomjax.tools.search import resolve_searches
 from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, TimeStep, no_search
@@ -85,7 +86,7 @@ def _jit(key: tuple, make: Callable[[], Callable], static: tuple[int, ...], opts
     full = (*key, _opts_key(opts))
     fn = _COMPILED.get(full)
     if fn is None:
-        fn = jax.jit(make(), static_argnums=static, compiler_options=dict(opts) if opts else None)
+        fn = KeptJit("-".join(map(str, key)), make(), static, opts)
         _COMPILED[full] = fn
     return fn
 

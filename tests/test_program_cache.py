@@ -91,3 +91,30 @@ def test_source_digest_reads_the_kernels_too():
     roots = program_cache._source_roots()
     names = {p.name for r in roots for p in r.rglob("*.py")}
     assert "pool.py" in names and "runner.py" in names
+
+
+def test_kept_jit_matches_jit_and_is_reused_across_instances(programs):
+    def f(x, scale, k):
+        return x * scale, jax.random.fold_in(k, scale)
+
+    x, k = jnp.arange(5, dtype=jnp.float32), jax.random.key(2)
+    want = jax.jit(f, static_argnums=(1,))(x, 3, k)
+    first = program_cache.KeptJit("f", f, (1,))
+    got = first(x, 3, k)
+    entries = sorted(p.name for p in programs.iterdir())
+    assert len(entries) == 1 and first._cache_size() == 1
+    second = program_cache.KeptJit("f", f, (1,))  # as a second launch would make it
+    again = second(x, 3, k)
+    assert sorted(p.name for p in programs.iterdir()) == entries  # loaded, not rewritten
+    for out in (got, again):
+        assert (np.asarray(out[0]) == np.asarray(want[0])).all()
+        assert (jax.random.key_data(out[1]) == jax.random.key_data(want[1])).all()
+    second(x, 4, k)  # another static value is another program
+    assert len(list(programs.iterdir())) == 2 and second._cache_size() == 2
+
+
+def test_kept_jit_is_plain_jit_with_the_cache_off(monkeypatch):
+    monkeypatch.setattr(program_cache, "directory", lambda: None)
+    kept = program_cache.KeptJit("g", lambda x, n: x + n, (1,))
+    assert int(kept(jnp.int32(1), 2)) == 3 and int(kept(1, 2)) == 3
+    assert kept._cache_size() >= 1
