@@ -21,6 +21,7 @@ cache directory is trusted like JAX's own).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
@@ -162,7 +163,9 @@ def compile_program(
     loaded = entry is not None
     if entry is None:
         blob, tree, impls = _export(fn, args)
-        _write(path, (blob, tree, impls))
+        # A read-only or full cache directory costs only the next launch's reuse.
+        with contextlib.suppress(OSError):
+            _write(path, (blob, tree, impls))
         entry = jax.export.deserialize(bytearray(blob)), tree, impls
     exported, out_tree, out_impls = entry
     leaves, _ = jax.tree_util.tree_flatten(args)

@@ -118,3 +118,11 @@ def test_kept_jit_is_plain_jit_with_the_cache_off(monkeypatch):
     kept = program_cache.KeptJit("g", lambda x, n: x + n, (1,))
     assert int(kept(jnp.int32(1), 2)) == 3 and int(kept(1, 2)) == 3
     assert kept._cache_size() >= 1
+
+
+def test_an_unwritable_directory_costs_only_the_kept_copy(monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setattr(program_cache, "directory", lambda: blocker / "programs")
+    call, _, loaded = program_cache.compile_program("h", lambda x: x + 1, (jnp.int32(1),), "s")
+    assert not loaded and int(call(jnp.int32(1))) == 2
