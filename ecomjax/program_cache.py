@@ -1,8 +1,8 @@
 """Traced programs kept between launches, beside JAX's persistent compilation cache.
 
 JAX's cache skips XLA's compile, but a second launch still traces and lowers in Python
-before it can look anything up: for a C8 round that is most of a warm start (CART: 11.5 s
-of tracing and 3.2 s of lowering against 1.9 s to load the executable). This cache stores
+before it can look anything up, and for a CART round that was most of a warm start
+(benchmarks/README.md, start-up). This cache stores
 the lowered program itself (``jax.export``, StableHLO), so a warm launch deserialises it
 and goes straight to the compilation cache.
 

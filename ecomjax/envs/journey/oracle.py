@@ -167,10 +167,9 @@ def act(mem: JourneyMemory, obs: Observation, catalog, sub=0):
     # Closing: once every sub-goal has an answer, the spoiled PD/SUB answers are re-made
     # from their plans' verified cards in the closing turn itself (no shock follows a
     # terminal turn). A plan that needs a new search gets a turn for it first.
-    ranked = [f for f in FAMILIES if f in (E.PD, E.SUB)]
-    fix = {f: spoiled[slot_of[f]] & (sub_env == f).any() for f in ranked}
-    ready = {f: outputs[f].answer.present for f in ranked}
-    stuck = {f: fix[f] & ~ready[f] for f in ranked}
+    fix = {f: spoiled[slot_of[f]] & (sub_env == f).any() for f in RANKED_PLANS}
+    ready = {f: outputs[f].answer.present for f in RANKED_PLANS}
+    stuck = {f: fix[f] & ~ready[f] for f in RANKED_PLANS}
     any_stuck = stuck[E.PD] | stuck[E.SUB]
     close = all_done & ~any_stuck
     repair_turn = all_done & any_stuck
@@ -191,7 +190,7 @@ def act(mem: JourneyMemory, obs: Observation, catalog, sub=0):
     sub_fields = jax.tree_util.tree_map(lambda s_, m_: s_.at[actor].set(m_), ans.sub, ans.main)
     sub_fields = sub_fields.replace(env=jnp.where(here & answering, fam, -1))
     # The closing turn carries the repaired PD/SUB entries.
-    for f in ranked:
+    for f in RANKED_PLANS:
         put = close & fix[f] & (jnp.arange(MS) == slot_of[f])
         main_f = outputs[f].answer.main
         sub_fields = jax.tree_util.tree_map(
@@ -219,17 +218,12 @@ def act(mem: JourneyMemory, obs: Observation, catalog, sub=0):
     for f in FAMILIES:
         name = E(f).name
         commit = (fam == f) | (close & fix.get(f, jnp.bool_(False)))
+        kept = mem.plans[name]
+        if f in RANKED_PLANS:  # a plan that does not act still loses its shocked cards
+            kept = kept.replace(cards=drop_shocked(kept.cards, events))
         plans[name] = jax.tree_util.tree_map(
-            lambda a, b, commit=commit: jnp.where(commit, a, b), new_plans[name], mem.plans[name]
+            lambda a, b, commit=commit: jnp.where(commit, a, b), new_plans[name], kept
         )
-        if f in RANKED_PLANS:  # a plan that did not act still loses its shocked cards
-            kept = plans[name].cards
-            struck = drop_shocked(kept, events)
-            plans[name] = plans[name].replace(
-                cards=jax.tree_util.tree_map(
-                    lambda a, b, commit=commit: jnp.where(commit, a, b), kept, struck
-                )
-            )
     stored = jnp.where(here[:, None] & answering, ans.main.rec[None, : C.MAX_K_REC], mem.stored_rec)
     mem = mem.replace(
         plans=plans,
