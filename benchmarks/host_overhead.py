@@ -24,11 +24,11 @@ from rows_io import append_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ecomjax.llm_bridge import session as SS  # noqa: E402
-from ecomjax.llm_bridge.rollout import OracleBackend, problems, run_rollouts  # noqa: E402
 from throughput import env_info  # noqa: E402
 
 from ecomjax.catalog.synthetic import generate_catalog  # noqa: E402
+from ecomjax.llm_bridge import session as SS  # noqa: E402
+from ecomjax.llm_bridge.rollout import OracleBackend, problems, run_rollouts  # noqa: E402
 from ecomjax.registry import resolve_tasks  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "host_overhead.jsonl"

@@ -43,6 +43,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from ecomjax.kernels.pallas_topk import pallas_masked_topk
 from ecomjax.kernels.topk import embedding_scores, masked_topk
 

@@ -1,5 +1,6 @@
 """The order history (SPEC §1.8) and return eligibility (SPEC §5.2), shared by the order
-tools, the RETURN and STATUS generators and verifiers, and JOURNEY.
+tools, the RETURN and STATUS generators and verifiers, and JOURNEY; and the agent-side
+reading of a described order line from the order tools' rows (``match_line``).
 
 One history serves a whole episode. The first order-based family of an episode builds it
 (``build_history``, H orders from stream ORDERS, folded by (order, line)); a second one
@@ -25,7 +26,7 @@ from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
 from ecomjax.compact import in_sorted
 from ecomjax.sampling import first_valid, in_category, stream, taken_products
-from ecomjax.types import Problem
+from ecomjax.types import Observation, Problem
 from ecomjax.world import safe
 
 I32 = jnp.int32
@@ -43,6 +44,7 @@ class OrderStatus(IntEnum):
 
 
 ORDER_STATUS_NAMES = tuple(s.name for s in OrderStatus)
+N_STATUSES = len(OrderStatus)
 
 
 class Ineligible(IntEnum):
@@ -336,6 +338,31 @@ def history_desc(catalog: Catalog, problem: Problem, pid: jax.Array) -> tuple[ja
     form = jnp.where(unique.any(), jnp.argmax(unique) + 1, C.DescForm.NONE).astype(I32)
     key = jnp.where(form > 0, mine[jnp.maximum(form - 1, 0)], -1).astype(I32)
     return form, key
+
+
+def match_line(
+    catalog: Catalog, obs: Observation, form: jax.Array, key: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """(found, order, line, product) of the first order-tool row (order_list or
+    order_get_status, without error) whose product the description (form, key) names: the
+    agent-side inverse of ``history_desc``, read from an observation. Used by the RETURN
+    and STATUS oracle plans and train's policy."""
+    res = obs.results
+    order_tool = (res.tool == C.Tool.ORDER_LIST) | (res.tool == C.Tool.ORDER_GET_STATUS)
+    is_list = order_tool & (res.error == 0)
+    rows = jnp.arange(res.ids.shape[1])[None, :] < res.count[:, None]
+    f = jnp.clip(form, 1, 3) - 1
+    row_key = catalog.desc_key[safe(res.ids)][..., f]  # [B, S]
+    hit = is_list[:, None] & rows & (res.ids >= 0) & (row_key == key) & (form > 0)
+    flat = hit.reshape(-1)
+    k = jnp.argmax(flat)
+    found = flat.any()
+    return (
+        found,
+        res.var.reshape(-1)[k],
+        res.aux.reshape(-1)[k],
+        res.ids.reshape(-1)[k],
+    )
 
 
 def witness_for(key: jax.Array, catalog: Catalog, pid: jax.Array, avoid: jax.Array) -> jax.Array:

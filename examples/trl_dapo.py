@@ -102,9 +102,8 @@ def problems(data: Mapping[str, Any]) -> list[dict]:
 
 def catalog_text(cat: Mapping[str, Any]):
     """The synthetic catalog and its text tables, built once and shared by every env."""
-    from ecomjax.llm_bridge.session import CatalogText
-
     from ecomjax.catalog.synthetic import generate_catalog
+    from ecomjax.llm_bridge.session import CatalogText
 
     return CatalogText.build(generate_catalog(int(cat["seed"]), int(cat["n_products"])))
 

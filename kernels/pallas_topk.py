@@ -54,9 +54,10 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from ecomjax.kernels.topk import TopK, _chunk_candidates, _drop_slots, _empty, _finish, _merge
 from jax import lax
 from jax.experimental import pallas as pl
+
+from ecomjax.kernels.topk import TopK, _chunk_candidates, _drop_slots, _empty, _finish, _merge
 
 try:  # Triton-specific masked loads; present in every jaxlib that can run this on GPU
     from jax.experimental.pallas import triton as pltriton

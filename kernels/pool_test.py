@@ -12,15 +12,16 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
 from ecomjax.kernels.pool import (
     PoolStats,
     pool_stats,
     pool_stats_batch,
     pool_stats_reference,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 
 N = 1009  # prime, so no chunk below divides it
 B = 64

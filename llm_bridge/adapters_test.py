@@ -11,13 +11,13 @@ import inspect
 import json
 
 import pytest
+
+from ecomjax import constants as C
 from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge import session as SS
 from ecomjax.llm_bridge import trl_adapter as TA
 from ecomjax.llm_bridge.tiny_models import tiny_tool_caller
 from ecomjax.llm_bridge.tool_turns import MESSAGE_TOOL, call_tools
-
-from ecomjax import constants as C
 
 FAST = SS.FAST_COMPILE
 

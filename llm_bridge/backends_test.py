@@ -10,6 +10,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 
 import pytest
+
 from ecomjax.llm_bridge import backends as BK
 from ecomjax.llm_bridge.backends import Generation, OpenAIBackend, TransformersBackend
 
@@ -117,6 +118,7 @@ def test_completion_keeps_the_end_of_turn_token_as_trl():
     """The tiny tool caller writes its call then <|im_end|>: both are the completion, the
     loss mask covers both (a trainer learns to stop), the text is the call alone."""
     import torch
+
     from ecomjax.llm_bridge.tiny_models import CALL, tiny_tool_caller
 
     model, tok = tiny_tool_caller()

@@ -97,9 +97,8 @@ def _backend(args: argparse.Namespace) -> Any:
 
 
 def _plan(args: argparse.Namespace) -> list | None:
-    from ecomjax.llm_bridge.rollout import problems
-
     from ecomjax import constants as C
+    from ecomjax.llm_bridge.rollout import problems
     from ecomjax.registry import resolve_tasks
 
     try:
@@ -118,6 +117,8 @@ def play(args: argparse.Namespace, backend: Any, text: Any, session_kw: dict | N
     """Plays the run ``args`` describes with ``backend`` over ``text``, streaming rows to
     ``args.out``; prints the summary of every row the file then holds. Exit status: 0, 1
     if some episodes failed (rerun with --resume), 2 on bad arguments, 130 if interrupted."""
+    from tqdm import tqdm
+
     from ecomjax.llm_bridge.rollout import (
         OK,
         JsonlWriter,
@@ -126,7 +127,6 @@ def play(args: argparse.Namespace, backend: Any, text: Any, session_kw: dict | N
         run_rollouts,
         summary,
     )
-    from tqdm import tqdm
 
     todo = _plan(args)
     if todo is None:
@@ -181,9 +181,8 @@ def play(args: argparse.Namespace, backend: Any, text: Any, session_kw: dict | N
 
 
 def main(args: argparse.Namespace) -> int:
-    from ecomjax.llm_bridge.session import CatalogText
-
     from ecomjax.catalog.synthetic import generate_catalog
+    from ecomjax.llm_bridge.session import CatalogText
 
     if _plan(args) is None:  # bad arguments fail before any model loads
         return 2

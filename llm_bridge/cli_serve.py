@@ -61,6 +61,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     try:
         import uvicorn
+
         from ecomjax.llm_bridge.server import ServerConfig, create_app
     except ModuleNotFoundError as e:
         print(

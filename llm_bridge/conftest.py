@@ -4,10 +4,10 @@ history (the one ``fuzz.VALID_CALLS`` refers to), and a tiny random chat model."
 from __future__ import annotations
 
 import pytest
-from ecomjax.llm_bridge.fuzz import fuzz_codec
-from ecomjax.llm_bridge.ids import CatalogIds, IdCodec
 
 from ecomjax.catalog.synthetic import synthetic_tables
+from ecomjax.llm_bridge.fuzz import fuzz_codec
+from ecomjax.llm_bridge.ids import CatalogIds, IdCodec
 
 
 @pytest.fixture(scope="session")

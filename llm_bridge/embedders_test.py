@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from ecomjax.catalog.embedder import embed_texts
+from ecomjax.catalog.synthetic import product_desc, product_title, synthetic_tables
 from ecomjax.llm_bridge.embedders import (
     Embedder,
     HashingEmbedder,
@@ -14,9 +17,6 @@ from ecomjax.llm_bridge.embedders import (
     minilm_path,
     with_embeddings,
 )
-
-from ecomjax.catalog.embedder import embed_texts
-from ecomjax.catalog.synthetic import product_desc, product_title, synthetic_tables
 from ecomjax.testing import QUERY_WORDS
 
 

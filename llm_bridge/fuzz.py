@@ -15,11 +15,11 @@ from typing import Any
 
 import jax
 import numpy as np
+
+from ecomjax import constants as C
 from ecomjax.llm_bridge import schemas as S
 from ecomjax.llm_bridge.ids import CatalogIds, IdCodec
 from ecomjax.llm_bridge.parse import FORMATS, empty_numpy_action, format_turn
-
-from ecomjax import constants as C
 from ecomjax.tools.validate import hard_fail_kind
 
 FUZZ_LINES = (2, 3, 5)  # lines per order of the history the corpus ids refer to

@@ -21,11 +21,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from ecomjax.llm_bridge.parse import FORMATS, MAX_TEXT_CHARS, format_turn
-from ecomjax.llm_bridge.session import FAST_COMPILE, CatalogText, Session
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog, CatalogTables
+from ecomjax.llm_bridge.parse import FORMATS, MAX_TEXT_CHARS, format_turn
+from ecomjax.llm_bridge.session import FAST_COMPILE, CatalogText, Session
 from ecomjax.registry import FAMILIES
 from ecomjax.types import EnvParams
 

@@ -14,12 +14,12 @@ import warnings
 
 import numpy as np
 import pytest
+
+from ecomjax import constants as C
 from ecomjax.llm_bridge import gym_env as GE
 from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge import session as SS
 from ecomjax.llm_bridge.parse import FORMATS, MAX_TEXT_CHARS, format_turn
-
-from ecomjax import constants as C
 
 gym = pytest.importorskip("gymnasium")
 from gymnasium.utils import seeding  # noqa: E402

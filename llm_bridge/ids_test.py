@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
-from ecomjax.llm_bridge.ids import UNKNOWN, IdCodec
-from ecomjax.llm_bridge.parse import format_turn, parse_turn
 
 from ecomjax import constants as C
+from ecomjax.llm_bridge.ids import UNKNOWN, IdCodec
+from ecomjax.llm_bridge.parse import format_turn, parse_turn
 from ecomjax.types import empty_problem
 
 

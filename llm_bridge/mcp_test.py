@@ -12,12 +12,13 @@ from collections.abc import Iterator
 import pytest
 
 pytest.importorskip("fastapi", reason="the serve extra (fastapi) is not installed")
+from fastapi.testclient import TestClient  # noqa: E402
+
 from ecomjax.llm_bridge import mcp_rpc  # noqa: E402
 from ecomjax.llm_bridge import server as SV  # noqa: E402
 from ecomjax.llm_bridge import session as SS  # noqa: E402
 from ecomjax.llm_bridge.tool_turns import call_tools, reply_text, turn_for_call  # noqa: E402
 from ecomjax.llm_bridge.warmup import Warmup  # noqa: E402
-from fastapi.testclient import TestClient  # noqa: E402
 
 ANSWER = {"env": "STATUS", "selected_order_id": "ord_001", "order_status": "SHIPPED"}
 CALLS = [

@@ -1,9 +1,10 @@
 import itertools
 
 import pytest
-from ecomjax.llm_bridge.metrics import pass_at_k, pass_hat_k, per_family
 from hypothesis import given
 from hypothesis import strategies as st
+
+from ecomjax.llm_bridge.metrics import pass_at_k, pass_hat_k, per_family
 
 
 def _enumerate(outcomes: list[bool], k: int) -> tuple[float, float]:

@@ -9,9 +9,10 @@ import re
 import jax
 import numpy as np
 import pytest
-from ecomjax.llm_bridge import noise as N
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from ecomjax.llm_bridge import noise as N
 
 P0, P1 = N.PROTECT
 Q0, Q1 = N.QUIET

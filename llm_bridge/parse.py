@@ -51,12 +51,12 @@ from typing import Any
 
 import jax
 import numpy as np
-from ecomjax.llm_bridge import schemas as S
-from ecomjax.llm_bridge.ids import IdCodec
 
 from ecomjax import constants as C
 from ecomjax import policy_rules as P
 from ecomjax.catalog.embedder import embed_texts
+from ecomjax.llm_bridge import schemas as S
+from ecomjax.llm_bridge.ids import IdCodec
 from ecomjax.types import CALL_FIELDS, Action, empty_action
 
 T = C.Tool

@@ -10,6 +10,13 @@ import time
 import jax
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ecomjax import constants as C
+from ecomjax import policy_rules as P
+from ecomjax.actions import Call, make_action
+from ecomjax.catalog.embedder import embed_texts
 from ecomjax.llm_bridge import fuzz as F
 from ecomjax.llm_bridge import schemas as S
 from ecomjax.llm_bridge.parse import (
@@ -21,13 +28,6 @@ from ecomjax.llm_bridge.parse import (
     parse_turn,
     policy_value,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from ecomjax import constants as C
-from ecomjax import policy_rules as P
-from ecomjax.actions import Call, make_action
-from ecomjax.catalog.embedder import embed_texts
 from ecomjax.types import CALL_FIELDS
 
 T = C.Tool

@@ -21,13 +21,13 @@ from typing import Any
 
 import jax
 import numpy as np
-from ecomjax.llm_bridge import schemas as SC
-from ecomjax.llm_bridge.ids import IdCodec
-from ecomjax.llm_bridge.templates import EPOCH, Lexicon, day_text, exact_text
 
 from ecomjax import constants as C
 from ecomjax import policy_rules as P
 from ecomjax.catalog.synthetic import product_card, product_desc
+from ecomjax.llm_bridge import schemas as SC
+from ecomjax.llm_bridge.ids import IdCodec
+from ecomjax.llm_bridge.templates import EPOCH, Lexicon, day_text, exact_text
 from ecomjax.orders import INELIGIBLE_NAMES, METHOD_NAMES, REASON_NAMES, OrderStatus
 from ecomjax.types import Action, ToolResults
 

@@ -9,15 +9,15 @@ import json
 import jax
 import numpy as np
 import pytest
-from ecomjax.llm_bridge import render as R
-from ecomjax.llm_bridge import session as SS
-from ecomjax.llm_bridge.ids import IdCodec
-from ecomjax.llm_bridge.parse import FORMATS, empty_numpy_action, format_turn, parse_turn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ecomjax import constants as C
 from ecomjax import policy_rules as P
+from ecomjax.llm_bridge import render as R
+from ecomjax.llm_bridge import session as SS
+from ecomjax.llm_bridge.ids import IdCodec
+from ecomjax.llm_bridge.parse import FORMATS, empty_numpy_action, format_turn, parse_turn
 from ecomjax.types import CALL_FIELDS
 
 T = C.Tool

@@ -71,7 +71,7 @@ from ecomjax.predicates import (
     disc_values,
     num_values_scaled,
 )
-from ecomjax.tools.search import _ranked_candidates, finish_slot
+from ecomjax.tools.search import _ranked_candidates, finish_slot, search_counts
 from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, no_search
 
 __all__ = [
@@ -150,15 +150,15 @@ def layout_invariant(catalog: Catalog, c: int, seed: int = 0) -> bool:
 
 @partial(jax.jit, static_argnums=2)
 def _caps(states: EpisodeState, actions: Action, params: EnvParams) -> jax.Array:
-    """int32 [B, 11]: n - D per call slot, as ``finish_slot`` computes them: at most this
-    many true results can be shown (SPEC §5.1.3-4)."""
+    """int32 [B, 11]: n - D per call slot (``tools.search.search_counts``, which
+    ``finish_slot`` reads too): at most this many true results can be shown (SPEC §5.1.3-4)."""
 
     def one(state: EpisodeState, action: Action) -> jax.Array:
         diff = DF.difficulty(state.problem.d, params.overrides)
 
         def slot(qty: jax.Array) -> jax.Array:
-            n = jnp.minimum(jnp.clip(qty, 1, 500), diff.top_k)
-            return n - jnp.round(diff.eps_rank * n).astype(jnp.int32)
+            n, n_dist = search_counts(diff, qty)
+            return n - n_dist
 
         return jax.vmap(slot)(action.qty)
 

@@ -30,12 +30,12 @@ from typing import Any
 
 import jax
 import numpy as np
+
 from ecomjax.llm_bridge.backends import Backend, Generation, failed
 from ecomjax.llm_bridge.metrics import per_family
 from ecomjax.llm_bridge.parse import format_turn
 from ecomjax.llm_bridge.render import action_to_turn
 from ecomjax.llm_bridge.session import CatalogText, Session
-
 from ecomjax.rollout import AGENT_STREAM
 
 

@@ -14,6 +14,7 @@ import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
 from ecomjax.llm_bridge import cli_rollout as CR
 from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge.backends import Generation, OpenAIBackend, TransformersBackend

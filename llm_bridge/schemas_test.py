@@ -7,10 +7,10 @@ import json
 import random
 
 import pytest
-from ecomjax.llm_bridge import fuzz as F
-from ecomjax.llm_bridge import schemas as S
 
 from ecomjax import constants as C
+from ecomjax.llm_bridge import fuzz as F
+from ecomjax.llm_bridge import schemas as S
 
 try:
     import jsonschema

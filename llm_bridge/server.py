@@ -31,6 +31,9 @@ from typing import Any
 
 import jax
 import numpy as np
+
+from ecomjax import constants as C
+from ecomjax.catalog.types import Catalog, CatalogTables
 from ecomjax.llm_bridge import mcp_rpc
 from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge.parse import FORMATS, MAX_TEXT_CHARS, format_turn
@@ -38,9 +41,6 @@ from ecomjax.llm_bridge.served_curriculum import ServedCurriculum
 from ecomjax.llm_bridge.session import FAST_COMPILE, CatalogText, Session
 from ecomjax.llm_bridge.templates import PRIORITY_WORDS, day_text
 from ecomjax.llm_bridge.warmup import Warmup
-
-from ecomjax import constants as C
-from ecomjax.catalog.types import Catalog, CatalogTables
 from ecomjax.orders import METHOD_NAMES, REASON_NAMES, OrderStatus
 from ecomjax.registry import FAMILIES, resolve_tasks
 from ecomjax.types import EnvParams

@@ -19,14 +19,14 @@ import pytest
 
 fastapi = pytest.importorskip("fastapi", reason="the serve extra (fastapi) is not installed")
 pytest.importorskip("httpx", reason="httpx (for fastapi's TestClient) is not installed")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from ecomjax import constants as C  # noqa: E402
 from ecomjax.llm_bridge import server as SV  # noqa: E402
 from ecomjax.llm_bridge import session as SS  # noqa: E402
 from ecomjax.llm_bridge.parse import format_turn  # noqa: E402
 from ecomjax.llm_bridge.render import action_to_turn  # noqa: E402
 from ecomjax.llm_bridge.serve_thread import serve_in_thread  # noqa: E402
-from fastapi.testclient import TestClient  # noqa: E402
-
-from ecomjax import constants as C  # noqa: E402
 
 FAST = SS.FAST_COMPILE
 CASES = [("PD", 3, 11), ("CART", 4, 12), ("STATUS", 3, 13)]

@@ -24,6 +24,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from ecomjax import constants as C
+from ecomjax import difficulty as D
+from ecomjax.catalog.synthetic import synthetic_tables
+from ecomjax.catalog.types import Catalog, CatalogTables
+from ecomjax.core import reset as core_reset
+from ecomjax.core import step as core_step
 from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge import templates as TM
 from ecomjax.llm_bridge.ids import CatalogIds, IdCodec
@@ -41,13 +48,6 @@ from ecomjax.llm_bridge.render import (
     system_message,
     tool_message,
 )
-
-from ecomjax import constants as C
-from ecomjax import difficulty as D
-from ecomjax.catalog.synthetic import synthetic_tables
-from ecomjax.catalog.types import Catalog, CatalogTables
-from ecomjax.core import reset as core_reset
-from ecomjax.core import step as core_step
 from ecomjax.program_cache import KeptJit
 from ecomjax.registry import family as get_family
 from ecomjax.tools.search import resolve_searches

@@ -16,17 +16,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from ecomjax.llm_bridge import session as SS
-from ecomjax.llm_bridge.noise import add_noise, key_rng, protected_spans
-from ecomjax.llm_bridge.parse import FORMATS, format_turn
-from ecomjax.llm_bridge.render import action_to_turn
-from ecomjax.llm_bridge.templates_test import expected_texts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ecomjax import constants as C
 from ecomjax import policy_rules as P
 from ecomjax.agents.oracle import make_oracle
+from ecomjax.llm_bridge import session as SS
+from ecomjax.llm_bridge.noise import add_noise, key_rng, protected_spans
+from ecomjax.llm_bridge.parse import FORMATS, format_turn
+from ecomjax.llm_bridge.render import action_to_turn
+from ecomjax.llm_bridge.templates_test import expected_texts
 from ecomjax.testing import tree_equal
 from ecomjax.types import EnvParams, empty_answer_fields, no_search
 

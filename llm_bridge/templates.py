@@ -29,7 +29,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from ecomjax.llm_bridge.noise import PROTECT, QUIET, VALUE, strip_markers
 
 from ecomjax import constants as C
 from ecomjax import policy_rules as P
@@ -37,6 +36,7 @@ from ecomjax.catalog.synthetic import describe
 from ecomjax.catalog.types import Catalog, CatalogTables
 from ecomjax.constraints import SLOT_ATTR
 from ecomjax.envs.bundle.generator import PROJECTS
+from ecomjax.llm_bridge.noise import PROTECT, QUIET, VALUE, strip_markers
 from ecomjax.orders import METHOD_NAMES, REASON_NAMES
 
 S = C.Slot

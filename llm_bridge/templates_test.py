@@ -14,8 +14,6 @@ from types import SimpleNamespace
 import jax
 import numpy as np
 import pytest
-from ecomjax.llm_bridge import templates as TM
-from ecomjax.llm_bridge.noise import MARKER_CHARS, PROTECT, QUIET, key_rng
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +22,8 @@ from ecomjax import policy_rules as P
 from ecomjax.catalog.synthetic import describe, synthetic_tables
 from ecomjax.constraints import SLOT_ATTR
 from ecomjax.envs.bundle.generator import PROJECT_CATS, PROJECTS
+from ecomjax.llm_bridge import templates as TM
+from ecomjax.llm_bridge.noise import MARKER_CHARS, PROTECT, QUIET, key_rng
 from ecomjax.types import UserAct, empty_user_act
 
 S = C.Slot

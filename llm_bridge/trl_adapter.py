@@ -34,6 +34,8 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
+from ecomjax import constants as C
+from ecomjax.catalog.types import Catalog, CatalogTables
 from ecomjax.llm_bridge.gym_env import MAX_SEED, pick_family
 from ecomjax.llm_bridge.parse import bounds_text, requirement
 from ecomjax.llm_bridge.session import FAST_COMPILE, CatalogText, Session
@@ -43,9 +45,6 @@ from ecomjax.llm_bridge.tool_turns import (
     reply_text,
     turn_for_call,
 )
-
-from ecomjax import constants as C
-from ecomjax.catalog.types import Catalog, CatalogTables
 from ecomjax.types import EnvParams
 
 RESERVED = frozenset({"reset", "get_reward"})

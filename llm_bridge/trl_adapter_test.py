@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge import session as SS
 from ecomjax.llm_bridge import trl_adapter as TA

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import jax
 import pytest
+
+from ecomjax.agents.oracle import make_oracle
 from ecomjax.llm_bridge.noise import PROTECT, strip_markers
 from ecomjax.llm_bridge.session import FAST_COMPILE, CatalogText, Session
 from ecomjax.llm_bridge.templates import Utterance
@@ -29,8 +31,6 @@ from ecomjax.llm_bridge.verbaliser import (
     mark,
     smollm2_gguf,
 )
-
-from ecomjax.agents.oracle import make_oracle
 
 pytest.importorskip("torch", reason="the SmolLM2 test needs torch")
 pytest.importorskip("transformers", reason="the SmolLM2 test needs transformers")

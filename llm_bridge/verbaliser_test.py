@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import jax
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from ecomjax.llm_bridge.noise import PROTECT, VALUE, add_noise, key_rng, strip_markers
 from ecomjax.llm_bridge.session import FAST_COMPILE, CatalogText, Session
 from ecomjax.llm_bridge.templates import Utterance
 from ecomjax.llm_bridge.verbaliser import Verbaliser, fact_terms, mark, transformers_generate
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 P0, P1 = PROTECT
 V0, V1 = VALUE

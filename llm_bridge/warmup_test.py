@@ -7,10 +7,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-from ecomjax.llm_bridge.served_curriculum import ServedCurriculum
-from ecomjax.llm_bridge.warmup import COMPILING, PENDING, READY, Warmup
 
 from ecomjax import constants as C
+from ecomjax.llm_bridge.served_curriculum import ServedCurriculum
+from ecomjax.llm_bridge.warmup import COMPILING, PENDING, READY, Warmup
 
 
 class Gate:

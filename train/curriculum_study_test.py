@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+
 from ecomjax.train.curriculum_study import QUICK, TINY, runs_for, study, table
 
 ROW_KEYS = {

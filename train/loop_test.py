@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from ecomjax import constants as C
 from ecomjax.train import schedules as sch
 from ecomjax.train.curriculum_study import TINY, train_config
 from ecomjax.train.loop import (
@@ -23,8 +25,6 @@ from ecomjax.train.loop import (
     save_checkpoint,
     train,
 )
-
-from ecomjax import constants as C
 
 CFG = train_config(TINY, "C1")
 # Run 0 promotes after every 4 frontier episodes whatever the outcome (tau_acc = 0), so

@@ -40,7 +40,7 @@ from flax import struct
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
-from ecomjax.envs.returns.oracle import match_line
+from ecomjax.orders import N_STATUSES, match_line
 from ecomjax.types import Action, Observation, empty_action
 from ecomjax.world import safe
 
@@ -71,7 +71,6 @@ VALUE_BINS = (
     90.0,
     100.0,
 )
-N_STATUS = 5
 N_KIND = 3  # answer kind: 0 none, 1 answer and end (done), 2 store (done = false)
 
 # Tool presets. CART needs no free-text search; the full set adds a structured search
@@ -481,7 +480,7 @@ def encode(
     orders = jnp.concatenate(
         [
             jnp.stack([mem.ord_listed, is_ref], -1).astype(F32),
-            _onehot(mem.ord_status, N_STATUS),
+            _onehot(mem.ord_status, N_STATUSES),
             (jnp.arange(MO, dtype=F32) / MO)[:, None],
         ],
         -1,
@@ -766,7 +765,10 @@ class PolicyNet(nn.Module):
         o_idx, o_lp, o_ent = _cat(ka[1], olog, omask, gv("order"))
         st_in = jnp.concatenate([torso, eo[o_idx], inp.orders[o_idx]])
         st, st_lp, st_ent = _cat(
-            ka[2], nn.Dense(N_STATUS, name="status")(st_in), jnp.ones(N_STATUS, bool), gv("status")
+            ka[2],
+            nn.Dense(N_STATUSES, name="status")(st_in),
+            jnp.ones(N_STATUSES, bool),
+            gv("status"),
         )
         ln, ln_lp, ln_ent = _cat(
             ka[3],

@@ -6,6 +6,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from ecomjax import constants as C
+from ecomjax.core import reset
+from ecomjax.registry import family
+from ecomjax.testing import reset_batch
+from ecomjax.tools.validate import hard_fail_kind
 from ecomjax.train.policy import (
     ALL_TOOLS,
     HEADS,
@@ -17,12 +23,6 @@ from ecomjax.train.policy import (
     observe,
     to_action,
 )
-
-from ecomjax import constants as C
-from ecomjax.core import reset
-from ecomjax.registry import family
-from ecomjax.testing import reset_batch
-from ecomjax.tools.validate import hard_fail_kind
 from ecomjax.types import EnvParams, empty_action, empty_results, empty_user_act
 
 T = C.Tool

@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from ecomjax.train import schedules as sch
 
 from ecomjax import curriculum as cur
+from ecomjax.train import schedules as sch
 
 
 def _stream(seed: int, n: int, n_tasks: int, p_correct: float):

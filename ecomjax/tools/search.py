@@ -135,6 +135,16 @@ def n_distractors(diff: D.Difficulty, n: jax.Array) -> jax.Array:
     return jnp.round(diff.eps_rank * n).astype(jnp.int32)
 
 
+def search_counts(diff: D.Difficulty, qty: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(n, D) of one catalog_search call: n = min(clip(qty, 1, 500), top_k(d)) results
+    shown, D of them distractors, so at most n - D true results (SPEC §5.1 steps 3-4).
+
+    The one home of this count: ``finish_slot`` and the host retriever's depth caps
+    (``llm_bridge.retrieval``) both read it."""
+    n = jnp.minimum(jnp.clip(qty, 1, 500), diff.top_k)
+    return n, n_distractors(diff, n)
+
+
 @functools.lru_cache(maxsize=64)
 def max_distractors(params: EnvParams) -> int:
     """The most distractors any search can mix in under ``params`` (static): max over d of
@@ -221,8 +231,7 @@ def finish_slot(
     bad_ref = (ref != -1) & ~is_known(catalog, ref)
     qvec, mode = _query(catalog, action, slot)
     diff = D.difficulty(state.problem.d, params.overrides)
-    n = jnp.minimum(jnp.clip(action.qty[slot], 1, 500), diff.top_k)
-    n_dist = n_distractors(diff, n)
+    n, n_dist = search_counts(diff, action.qty[slot])
     n_true = jnp.minimum(n_valid, n - n_dist)
     skey = jax.random.fold_in(jax.random.fold_in(state.key, C.STREAM["SEARCH"]), counter)
     mixed = _mix_distractors(skey, catalog, ids, n_true, n_dist, max_distractors(params))

@@ -11,13 +11,11 @@ import jax
 import jax.numpy as jnp
 
 from ecomjax import constants as C
+from ecomjax import orders as O
 from ecomjax.types import Action
 
 T = C.Tool
 HF = C.HardFail
-N_REASONS = 8
-N_METHODS = 3
-N_STATUSES = 5
 
 
 def _in(x: jax.Array, lo: int, hi: int) -> jax.Array:
@@ -30,8 +28,8 @@ def call_valid(action: Action) -> jax.Array:
     has_p = action.product != -1
     has_line = action.line != -1
     has_order = action.order != -1
-    reason_ok = _in(action.enum_a, 0, N_REASONS - 1)
-    method_ok = _in(action.enum_b, 0, N_METHODS - 1)
+    reason_ok = _in(action.enum_a, 0, O.N_REASONS - 1)
+    method_ok = _in(action.enum_b, 0, O.N_METHODS - 1)
     checks = {
         T.NONE: jnp.ones_like(has_p),
         T.CATALOG_SEARCH: action.has_query
@@ -70,7 +68,7 @@ def answer_valid(action: Action, env: jax.Array) -> jax.Array:
     ans = action.answer
     main = ans.main
     sub_ok = (ans.sub.env == -1) | (_in(ans.sub.env, 0, C.Env.JOURNEY - 1))
-    status_ok = jnp.where(main.env == C.Env.STATUS, _in(main.status, 0, N_STATUSES - 1), True)
+    status_ok = jnp.where(main.env == C.Env.STATUS, _in(main.status, 0, O.N_STATUSES - 1), True)
     return (main.env == env) & status_ok & jnp.where(env == C.Env.JOURNEY, sub_ok.all(), True)
 
 

@@ -13,6 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from test_topk import assert_topk_equal, np_topk
+
 from ecomjax.kernels.topk import (
     _auto_group,
     _chunk_candidates,
@@ -20,10 +25,6 @@ from ecomjax.kernels.topk import (
     masked_topk,
     masked_topk_reference,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
-from test_topk import assert_topk_equal, np_topk
 
 N, Q = 512, 3
 

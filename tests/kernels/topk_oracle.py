@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+
 from ecomjax.kernels.topk import TopK
 
 

@@ -17,23 +17,13 @@ from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import constraints_from_slots, feasible, to_filters
 from ecomjax.customer import APPLICABLE
 from ecomjax.envs.pd.verifier import priority_key
+from ecomjax.slot_memory import SlotMemory, empty_slots, listen
 from ecomjax.types import Action, Observation, empty_action
 
 T = C.Tool
 S = C.Slot
 R = C.MAX_SEARCH_RESULTS
 NEG = -jnp.inf
-
-
-@struct.dataclass
-class SlotMemory:
-    """What the customer has said about one sub-goal's slots."""
-
-    known: jax.Array  # bool [N_SLOTS]
-    value: jax.Array  # float32 [N_SLOTS]
-    op: jax.Array  # int32 [N_SLOTS]
-    ref_form: jax.Array  # int32
-    ref_key: jax.Array  # int32
 
 
 @struct.dataclass
@@ -56,16 +46,6 @@ class PDMemory:
     pending_search: jax.Array  # bool: the last turn issued the search whose cards come next
 
 
-def empty_slots() -> SlotMemory:
-    return SlotMemory(
-        known=jnp.zeros(C.N_SLOTS, bool),
-        value=jnp.zeros(C.N_SLOTS, jnp.float32),
-        op=jnp.zeros(C.N_SLOTS, jnp.int32),
-        ref_form=jnp.int32(0),
-        ref_key=jnp.int32(-1),
-    )
-
-
 def empty_cards() -> Cards:
     return Cards(
         ids=jnp.full(R, -1, jnp.int32),
@@ -83,20 +63,6 @@ def init_memory() -> PDMemory:
         cards=empty_cards(),
         asked=jnp.bool_(False),
         pending_search=jnp.bool_(False),
-    )
-
-
-def listen(mem: SlotMemory, obs: Observation, sub: jax.Array) -> SlotMemory:
-    """Folds the reply's stated slot values (INFORM, CLARIFY) of sub-goal ``sub`` in."""
-    r = obs.reply
-    said = r.slot_stated[sub]
-    ref = r.ref_form[sub] > 0
-    return mem.replace(
-        known=mem.known | said,
-        value=jnp.where(said, r.slot_value[sub], mem.value),
-        op=jnp.where(said, r.slot_op[sub], mem.op),
-        ref_form=jnp.where(ref, r.ref_form[sub], mem.ref_form),
-        ref_key=jnp.where(ref, r.ref_key[sub], mem.ref_key),
     )
 
 

@@ -17,18 +17,18 @@ from ecomjax.agents.oracle import make_oracle
 from ecomjax.constraints import SLOT_ATTR, feasible, satisfaction
 from ecomjax.core import step
 from ecomjax.customer import opening
-from ecomjax.envs.pd.checks import (
-    answer_cases,
-    keys_for,
-    one,
-    pd_reference,
-)
 from ecomjax.envs.pd.generator import generate
 from ecomjax.envs.pd.verifier import priority_key, verify
 from ecomjax.registry import family
 from ecomjax.testing import api_test, reset_batch
 from ecomjax.types import EnvParams, empty_answer_fields
 from ecomjax.world import init_world
+from tests.support.pd_checks import (
+    answer_cases,
+    keys_for,
+    one,
+    pd_reference,
+)
 
 A = C.Attr
 S = C.Slot

@@ -17,13 +17,13 @@ import pytest
 from ecomjax import constants as C
 from ecomjax import difficulty as Dm
 from ecomjax.constraints import IS_NUMERIC, attr_values, feasible
-from ecomjax.envs.pd.checks import keys_for, one, pd_reference, sub_reference
 from ecomjax.envs.pd.shortcut import repeat_one_id_agent
 from ecomjax.registry import family, module
 from ecomjax.rollout import run_plan_jit
 from ecomjax.testing import reset_batch
 from ecomjax.types import EnvParams, empty_answer_fields
 from ecomjax.world import init_world, product_stock_qty
+from tests.support.pd_checks import keys_for, one, pd_reference, sub_reference
 
 E = C.Env
 B = 420  # 20 problems per d, the shape pd_test / sub_test compile

@@ -15,6 +15,7 @@ from flax import struct
 from ecomjax import constants as C
 from ecomjax import policy_rules as P
 from ecomjax.catalog.types import Catalog
+from ecomjax.slot_memory import SlotMemory, empty_slots, listen
 from ecomjax.types import Action, Observation, empty_action
 
 T = C.Tool
@@ -25,8 +26,7 @@ ASK_SLOTS = (S.TOPIC, *(int(s) for s in P.FIELD_SLOT))
 
 @struct.dataclass
 class PolicyMemory:
-    known: jax.Array  # bool [N_SLOTS]: slot values stated so far
-    value: jax.Array  # float32 [N_SLOTS]
+    slots: SlotMemory  # slot values stated so far (POLICY reads known and value)
     asked: jax.Array  # bool
     searched: jax.Array  # bool: a policy_search went out
     found: jax.Array  # int32: the returned topic matching the stated one, -1 until then
@@ -34,24 +34,17 @@ class PolicyMemory:
 
 def init_memory() -> PolicyMemory:
     return PolicyMemory(
-        known=jnp.zeros(C.N_SLOTS, bool),
-        value=jnp.zeros(C.N_SLOTS, jnp.float32),
+        slots=empty_slots(),
         asked=jnp.bool_(False),
         searched=jnp.bool_(False),
         found=jnp.int32(-1),
     )
 
 
-def _listen(mem: PolicyMemory, obs: Observation, sub: jax.Array) -> PolicyMemory:
-    r = obs.reply
-    said = r.slot_stated[sub]
-    return mem.replace(known=mem.known | said, value=jnp.where(said, r.slot_value[sub], mem.value))
-
-
 def _read_results(mem: PolicyMemory, obs: Observation) -> PolicyMemory:
     res = obs.results
-    topic = mem.value[S.TOPIC].astype(jnp.int32)
-    rows = (res.tool == T.POLICY_SEARCH)[:, None] & (res.ids == topic) & mem.known[S.TOPIC]
+    topic = mem.slots.value[S.TOPIC].astype(jnp.int32)
+    rows = (res.tool == T.POLICY_SEARCH)[:, None] & (res.ids == topic) & mem.slots.known[S.TOPIC]
     hit = rows.any()
     return mem.replace(found=jnp.where(hit, res.ids.reshape(-1)[jnp.argmax(rows)], mem.found))
 
@@ -60,13 +53,14 @@ def act(
     mem: PolicyMemory, obs: Observation, catalog: Catalog, sub: jax.Array | int = 0
 ) -> tuple[PolicyMemory, Action]:
     sub = jnp.asarray(sub, jnp.int32)
-    mem = _read_results(_listen(mem, obs, sub), obs)
+    mem = _read_results(mem.replace(slots=listen(mem.slots, obs, sub)), obs)
     budget = obs.tool_budget
-    topic = jnp.clip(mem.value[S.TOPIC].astype(jnp.int32), 0, P.N_TOPICS - 1)
+    slots = mem.slots
+    topic = jnp.clip(slots.value[S.TOPIC].astype(jnp.int32), 0, P.N_TOPICS - 1)
     ready = mem.asked & (mem.found >= 0)
     # Searches go out until the topic comes back (it always does: its question's tokens
     # all lie in its own text, so it scores 1 and ranks first).
-    want_search = mem.known[S.TOPIC] & (mem.found < 0) & ~ready
+    want_search = slots.known[S.TOPIC] & (mem.found < 0) & ~ready
     want_ask = ~mem.asked
     tools = jnp.array([T.ASK_USER, T.POLICY_SEARCH])
     use = jnp.stack([want_ask, want_search & ~(want_ask & (budget < 2))])
@@ -80,7 +74,7 @@ def act(
     is_search = tool == T.POLICY_SEARCH
     ask_mask = jnp.zeros(C.N_SLOTS, bool).at[jnp.array(ASK_SLOTS)].set(True)
     q = jnp.asarray(P.QUESTION_TOKENS)[topic]
-    ctx = mem.value[jnp.asarray(P.FIELD_SLOT)]
+    ctx = slots.value[jnp.asarray(P.FIELD_SLOT)]
     value = P.evaluate(jnp.maximum(mem.found, 0), ctx)
     answer = action.answer.replace(
         present=ready,

@@ -18,8 +18,9 @@ from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import constraints_from_slots, feasible, to_filters
 from ecomjax.customer import APPLICABLE
+from ecomjax.orders import match_line
+from ecomjax.slot_memory import SlotMemory, empty_slots, listen
 from ecomjax.types import Action, Observation, empty_action
-from ecomjax.world import safe
 
 T = C.Tool
 S = C.Slot
@@ -31,11 +32,7 @@ ASK_SLOTS = APPLICABLE[C.Env.RETURN]
 
 @struct.dataclass
 class ReturnMemory:
-    stated: jax.Array  # bool [N_SLOTS], values heard for this sub-goal
-    value: jax.Array  # float32 [N_SLOTS]
-    op: jax.Array  # int32 [N_SLOTS]
-    ref_form: jax.Array  # int32, the line product's description
-    ref_key: jax.Array  # int32
+    slots: SlotMemory  # values heard for this sub-goal; ref_*: the line product's description
     asked: jax.Array  # bool
     listed: jax.Array  # bool, order_list came back
     order: jax.Array  # int32, the target order, -1 unknown
@@ -47,11 +44,7 @@ class ReturnMemory:
 
 def init_memory() -> ReturnMemory:
     return ReturnMemory(
-        stated=jnp.zeros(C.N_SLOTS, bool),
-        value=jnp.zeros(C.N_SLOTS, jnp.float32),
-        op=jnp.zeros(C.N_SLOTS, I32),
-        ref_form=I32(0),
-        ref_key=I32(-1),
+        slots=empty_slots(),
         asked=jnp.bool_(False),
         listed=jnp.bool_(False),
         order=I32(-1),
@@ -62,49 +55,14 @@ def init_memory() -> ReturnMemory:
     )
 
 
-def _listen(mem: ReturnMemory, obs: Observation, sub: jax.Array) -> ReturnMemory:
-    r = obs.reply
-    said = r.slot_stated[sub]
-    ref = r.ref_form[sub] > 0
-    return mem.replace(
-        stated=mem.stated | said,
-        value=jnp.where(said, r.slot_value[sub], mem.value),
-        op=jnp.where(said, r.slot_op[sub], mem.op),
-        ref_form=jnp.where(ref, r.ref_form[sub], mem.ref_form),
-        ref_key=jnp.where(ref, r.ref_key[sub], mem.ref_key),
-    )
-
-
-def match_line(
-    catalog: Catalog, obs: Observation, form: jax.Array, key: jax.Array
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """(found, order, line, product) of the order-tool row whose product the description
-    (form, key) names; also whether an order list came back at all."""
-    res = obs.results
-    is_list = ((res.tool == T.ORDER_LIST) | (res.tool == T.ORDER_GET_STATUS)) & (res.error == 0)
-    rows = jnp.arange(res.ids.shape[1])[None, :] < res.count[:, None]
-    f = jnp.clip(form, 1, 3) - 1
-    row_key = catalog.desc_key[safe(res.ids)][..., f]  # [B, S]
-    hit = is_list[:, None] & rows & (res.ids >= 0) & (row_key == key) & (form > 0)
-    flat = hit.reshape(-1)
-    k = jnp.argmax(flat)
-    found = flat.any()
-    return (
-        found,
-        res.var.reshape(-1)[k],
-        res.aux.reshape(-1)[k],
-        res.ids.reshape(-1)[k],
-    )
-
-
 def _constraints(mem: ReturnMemory):
-    return constraints_from_slots(mem.stated, mem.value, mem.op)
+    return constraints_from_slots(mem.slots.known, mem.slots.value, mem.slots.op)
 
 
 def _read_results(mem: ReturnMemory, obs: Observation, catalog: Catalog) -> ReturnMemory:
     res = obs.results
     listed = ((res.tool == T.ORDER_LIST) & (res.error == 0)).any()
-    found, order, line, pid = match_line(catalog, obs, mem.ref_form, mem.ref_key)
+    found, order, line, pid = match_line(catalog, obs, mem.slots.ref_form, mem.slots.ref_key)
     mem = mem.replace(
         listed=mem.listed | listed,
         order=jnp.where(found, order, mem.order),
@@ -134,9 +92,11 @@ def act(
     mem: ReturnMemory, obs: Observation, catalog: Catalog, sub: jax.Array | int = 0
 ) -> tuple[ReturnMemory, Action]:
     sub = jnp.asarray(sub, I32)
-    mem = _read_results(_listen(mem, obs, sub), obs, catalog)
+    mem = mem.replace(slots=listen(mem.slots, obs, sub))
+    mem = _read_results(mem, obs, catalog)
     budget = obs.tool_budget
-    want = mem.stated[S.REPLACEMENT] & (mem.value[S.REPLACEMENT] > 0.5)
+    slots = mem.slots
+    want = slots.known[S.REPLACEMENT] & (slots.value[S.REPLACEMENT] > 0.5)
     need_search = want & (mem.cand < 0) & (mem.searches < 2)
     stage = jnp.select([~mem.asked, ~mem.listed, need_search], [0, 1, 2], 3)
 
@@ -165,10 +125,10 @@ def act(
 
     attr, op, val = _constraints(mem)
     fd, fn = to_filters(attr, op, val)
-    cat = jnp.clip(mem.value[S.CATEGORY].astype(I32), 0, catalog.n_categories - 1)
+    cat = jnp.clip(slots.value[S.CATEGORY].astype(I32), 0, catalog.n_categories - 1)
     qemb = catalog.cat_emb[cat].astype(jnp.float32)
-    method = jnp.where(mem.stated[S.RETURN_METHOD], mem.value[S.RETURN_METHOD], 0).astype(I32)
-    reason = mem.value[S.REASON].astype(I32)
+    method = jnp.where(slots.known[S.RETURN_METHOD], slots.value[S.RETURN_METHOD], 0).astype(I32)
+    reason = slots.value[S.REASON].astype(I32)
 
     ask_slots = jnp.asarray(ASK_SLOTS)
     action = action.replace(

@@ -29,12 +29,9 @@ from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import constraints_from_slots, to_filters
 from ecomjax.envs.pd.oracle import (
     Cards,
-    SlotMemory,
     ask_call,
     empty_cards,
-    empty_slots,
     enough,
-    listen,
     pick,
     read_cards,
     search_call,
@@ -42,6 +39,7 @@ from ecomjax.envs.pd.oracle import (
     valid_cards,
     with_answer,
 )
+from ecomjax.slot_memory import SlotMemory, empty_slots, listen
 from ecomjax.types import Action, Observation, empty_action
 
 T = C.Tool

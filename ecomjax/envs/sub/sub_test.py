@@ -17,17 +17,17 @@ from ecomjax import difficulty as Dm
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.constraints import attr_values, feasible
 from ecomjax.customer import opening
-from ecomjax.envs.pd.checks import (
-    answer_cases,
-    keys_for,
-    one,
-    sub_reference,
-)
 from ecomjax.envs.sub.generator import COMPAT, compat_attr, generate
 from ecomjax.envs.sub.verifier import verify
 from ecomjax.testing import reset_batch
 from ecomjax.types import EnvParams, empty_answer_fields
 from ecomjax.world import init_world, product_stock_qty
+from tests.support.pd_checks import (
+    answer_cases,
+    keys_for,
+    one,
+    sub_reference,
+)
 
 A = C.Attr
 S = C.Slot

@@ -1,6 +1,11 @@
-"""Test helpers shared by pd_test and sub_test: batch keys, the §13 sweep assertions, and
-plain numpy re-implementations of the PD / SUB verifier formulas (SPEC §7, §8.1, §8.2)
-written independently of the chunked kernel."""
+"""Test helpers shared by the PD, SUB and pool tests (``ecomjax/envs/pd/pd_test.py``,
+``pool_test.py``, ``ecomjax/envs/sub/sub_test.py``): batch keys, answer cases, and plain
+numpy re-implementations of the PD / SUB verifier formulas (SPEC §7, §8.1, §8.2) written
+independently of the chunked kernel.
+
+Test support, not shipped: ``setup.py`` packages only ``ecomjax/``, ``kernels/``,
+``llm_bridge/`` and ``train/``. Tests import it as ``tests.support.pd_checks`` (pytest puts
+the repository root on ``sys.path`` for the test modules inside the ``ecomjax`` package)."""
 
 from __future__ import annotations
 
