@@ -7,7 +7,7 @@ import importlib
 import json
 import sys
 
-from ecomjax import compile_cache
+from ecomjax import compile_cache, distributed
 from ecomjax import constants as C
 
 
@@ -32,9 +32,17 @@ def _table(result) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import jax
     from tqdm import tqdm
 
+    try:  # before anything touches a JAX backend
+        distributed.initialize(distributed.cluster_from_args(args))
+    except (ValueError, RuntimeError) as exc:
+        print(f"ecomjax run: cannot join the multi-process run: {exc}", file=sys.stderr)
+        return 2
     from ecomjax.runner import RunConfig, run
+
+    lead = jax.process_index() == 0  # every process computes the same result; one prints
 
     cfg = RunConfig(
         tasks=args.tasks,
@@ -48,7 +56,10 @@ def _run(args: argparse.Namespace) -> int:
         auto_reset=args.auto_reset,
     )
     bar = tqdm(
-        total=cfg.rounds, desc="rounds", file=sys.stderr, disable=args.json and not args.progress
+        total=cfg.rounds,
+        desc="rounds",
+        file=sys.stderr,
+        disable=(args.json and not args.progress) or not lead,
     )
 
     def progress(rnd, window):
@@ -57,12 +68,17 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         result = run(cfg, progress)
+    except distributed.PeerLost as exc:
+        bar.close()
+        print(f"ecomjax run: {exc}", file=sys.stderr)
+        distributed.exit_now(distributed.EXIT_PEER_LOST)
     except (KeyError, ValueError) as exc:
         bar.close()
         print(f"ecomjax run: {exc}", file=sys.stderr)
         return 2
     bar.close()
-    print(_table(result))
+    if lead:
+        print(_table(result))
     if args.json:
         print(json.dumps(result.summary()))
     return 0
@@ -118,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     run.add_argument("--progress", action="store_true", help="show the progress bar with --json")
     compile_cache.add_arguments(run)
+    distributed.add_arguments(run)
     run.set_defaults(func=_run)
     _add_plugins(sub)
     return parser

@@ -7,6 +7,8 @@ window never recompiles; the one compile per task is timed apart from steady sta
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -15,6 +17,8 @@ from dataclasses import dataclass, field
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from ecomjax import autoreset
 from ecomjax import constants as C
@@ -23,9 +27,12 @@ from ecomjax.agents import AGENTS
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.catalog.synthetic import generate_catalog
 from ecomjax.catalog.types import Catalog
+from ecomjax.distributed import peer_failures
+from ecomjax.kernels.sharded import shard_map_compat
 from ecomjax.program_cache import compile_program
 from ecomjax.registry import family, resolve_tasks
 from ecomjax.rollout import run_plan
+from ecomjax.sharding import batch_mesh, shard_plan
 from ecomjax.types import EnvParams
 
 
@@ -72,6 +79,10 @@ class RunResult:
     per_task: dict[str, TaskStats]
     curriculum: dict[str, tuple[int, int]]  # task -> (lo, hi) window at the end
     history: list[dict[str, tuple[int, int]]]  # window after every round
+    # sha256 over every round's (task, d, outcome columns): equal digests, equal episodes
+    digest: str = ""
+    state: dict[str, list[int]] = field(default_factory=dict)  # final curriculum l, h, a, b
+    processes: int = 1
 
     @property
     def episodes_per_s(self) -> float:
@@ -93,6 +104,9 @@ class RunResult:
             "env_steps_per_s": self.env_steps / max(self.seconds, 1e-9),
             "compile_s": self.compile_s,
             "per_task": per_task,
+            "digest": self.digest,
+            "curriculum_state": self.state,
+            "processes": self.processes,
         }
 
 
@@ -115,6 +129,8 @@ class _Tally:
     steps: int = 0
     seconds: float = 0.0
     history: list[dict[str, tuple[int, int]]] = field(default_factory=list)
+    cstate: cur.CurriculumState | None = None
+    digest: hashlib._Hash = field(default_factory=hashlib.sha256)
 
     def __post_init__(self) -> None:
         self.stats = {t: TaskStats() for t in self.tasks}
@@ -128,6 +144,9 @@ class _Tally:
 
     def record(self, rnd: int, cstate, task: np.ndarray, d, cols, n_steps) -> None:
         """One round's completed episodes: ``task`` indexes ``tasks`` per row."""
+        for x, dtype in ((task, np.int32), (d, np.int32), (cols, np.float32)):
+            self.digest.update(np.ascontiguousarray(np.asarray(x), dtype).tobytes())
+        self.cstate = cstate
         d, cols = np.asarray(d), np.asarray(cols, np.float64)
         for i, name in enumerate(self.tasks):
             sel = task == i
@@ -148,14 +167,31 @@ class _Tally:
             per_task=self.stats,
             curriculum=self.history[-1],
             history=self.history,
+            digest=self.digest.hexdigest(),
+            state={
+                f.name: np.asarray(getattr(self.cstate, f.name)).tolist()
+                for f in dataclasses.fields(self.cstate)
+            }
+            if self.cstate is not None
+            else {},
+            processes=jax.process_count(),
         )
 
 
-def _compiled(name: str, fn, args: tuple, static: str, donate=()) -> tuple[Callable, float]:
+def _compiled(
+    name: str, fn, args: tuple, static: str, donate=(), mesh: Mesh | None = None
+) -> tuple[Callable, float]:
     """``fn`` compiled for ``args`` (through the program cache when an entry point turned
-    it on), and the seconds it took (reported apart from the steady state)."""
-    out, seconds, _ = compile_program(name, fn, args, static, donate)
-    return out, seconds
+    it on), and the seconds it took (reported apart from the steady state). Over a
+    ``mesh`` every output is replicated, and the program is not kept (jax.export's
+    entries are single-process)."""
+    if mesh is None:
+        out, seconds, _ = compile_program(name, fn, args, static, donate)
+        return out, seconds
+    t0 = time.perf_counter()
+    jitted = jax.jit(fn, out_shardings=NamedSharding(mesh, P()), donate_argnums=donate)
+    compiled = jitted.lower(*args).compile()
+    return compiled, time.perf_counter() - t0
 
 
 def _static(plan, agent, params: EnvParams, ccfg, mode: str, *extra) -> str:
@@ -163,13 +199,49 @@ def _static(plan, agent, params: EnvParams, ccfg, mode: str, *extra) -> str:
     return repr((tuple(plan), agent.name, params, ccfg, mode, extra))
 
 
-def _make_round(plan, agent, params: EnvParams, cfg, mode: str) -> Callable:
+def _player(plan, agent, params: EnvParams, mesh: Mesh | None) -> Callable:
+    """``(catalog, keys, d) -> ([B, 5] outcome columns in plan order, env steps)``.
+
+    Over a mesh, device j plays part j of every slice (``sharding.shard_plan``), and the
+    columns are then all-gathered: the round's one collective (20 bytes an episode), so
+    every process updates the curriculum with the whole batch in plan order."""
+
+    if mesh is None:
+
+        def play(catalog, keys, d):
+            res = run_plan(catalog, keys, d, plan, agent, params)
+            return _reward_columns(res.state.reward), res.env_steps
+
+        return play
+    axis = mesh.axis_names[0]
+    local, perm = shard_plan(plan, mesh.shape[axis])
+    inv = np.argsort(perm)
+
+    def per_device(catalog, keys, d):
+        res = run_plan(catalog, keys, d, local, agent, params)
+        return _reward_columns(res.state.reward), jax.lax.psum(res.env_steps, axis)
+
+    sharded = shard_map_compat(
+        per_device, mesh, in_specs=(P(), P(axis), P(axis)), out_specs=(P(axis), P())
+    )
+
+    def play(catalog, keys, d):
+        cols, steps = sharded(catalog, keys[perm], d[perm])
+        cols = jax.lax.with_sharding_constraint(cols, NamedSharding(mesh, P()))  # all-gather
+        return cols[inv], steps
+
+    return play
+
+
+def _make_round(plan, agent, params: EnvParams, cfg, mode: str, mesh: Mesh | None = None):
     """One round over a mixed batch: sample d per episode from its task's window, play
     every slice at once, update every task's curriculum. One compile for all tasks. The
     catalog is an argument, not a closure constant, so XLA cannot constant-fold
-    catalog-wide work at compile time (minutes at N = 100k)."""
+    catalog-wide work at compile time (minutes at N = 100k). Over a ``mesh`` every process
+    samples the same d (same window, same keys) and updates with the same columns."""
     task_ids = np.concatenate([np.full(n, i, np.int32) for i, (_, n) in enumerate(plan)])
     batch = int(task_ids.shape[0])
+    play = _player(plan, agent, params, mesh)
 
     def round_fn(catalog, cstate, key, first_episode, fixed_d, use_fixed):
         idx = first_episode + jnp.arange(batch, dtype=jnp.int32)
@@ -177,11 +249,9 @@ def _make_round(plan, agent, params: EnvParams, cfg, mode: str) -> Callable:
         sampled = cur.sample(key, cstate, tasks, idx, cfg)
         d = jnp.where(use_fixed, fixed_d, sampled)
         keys = jax.vmap(lambda e: jax.random.fold_in(key, e))(idx)
-        res = run_plan(catalog, keys, d, plan, agent, params)
-        r = res.state.reward
-        cstate = cur.update(cstate, tasks, d, r.is_correct, None, cfg, mode=mode)
-        cols = _reward_columns(r)
-        return cstate, d, cols, res.env_steps
+        cols, steps = play(catalog, keys, d)
+        cstate = cur.update(cstate, tasks, d, cols[:, 0] > 0, None, cfg, mode=mode)
+        return cstate, d, cols, steps
 
     return round_fn
 
@@ -218,10 +288,47 @@ def make_plan(tasks: tuple[str, ...], batch: int) -> tuple[tuple[str, int], ...]
     return tuple((t, q + (i < r)) for i, t in enumerate(tasks) if q + (i < r) > 0)
 
 
+def _mesh_for_run(mesh: Mesh | None, plan, n_tasks: int, batch: int) -> Mesh | None:
+    """The mesh a run plays over: the one given, else every process's devices when this
+    process is one of several, else none (one device, today's program)."""
+    if mesh is None and jax.process_count() > 1:
+        mesh = batch_mesh()
+    if mesh is not None:
+        s = mesh.shape[mesh.axis_names[0]]
+        if any(n % s for _, n in plan):
+            raise ValueError(
+                f"over {s} devices the batch must be a multiple of {s * n_tasks} "
+                f"(devices x tasks), so every device plays an equal part of every task; "
+                f"got {batch}"
+            )
+    return mesh
+
+
+def _replicated(tree, mesh: Mesh | None):
+    """The catalog placed once on every device of the mesh (every process holds the same
+    one: the synthetic catalog is a function of its seed)."""
+    if mesh is None:
+        return tree
+    rep = NamedSharding(mesh, P())
+
+    def place(x):
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, rep, lambda idx: host[idx])
+
+    return jax.tree_util.tree_map(place, tree)
+
+
 def run(
-    cfg: RunConfig, progress: Callable | None = None, catalog: Catalog | None = None
+    cfg: RunConfig,
+    progress: Callable | None = None,
+    catalog: Catalog | None = None,
+    mesh: Mesh | None = None,
 ) -> RunResult:
-    """Plays ``cfg.rounds`` rounds of ``cfg.batch`` episodes per task."""
+    """Plays ``cfg.rounds`` rounds of ``cfg.batch`` episodes per task.
+
+    In a multi-process run (``ecomjax.distributed``) every process calls this with the
+    same arguments; the batch is split over all processes' devices and every process
+    returns the same result. ``mesh`` splits it over this process's devices instead."""
     tasks = resolve_tasks(cfg.tasks)
     if cfg.agent not in AGENTS:
         raise ValueError(f"unknown agent {cfg.agent!r}; choose from {sorted(AGENTS)}")
@@ -245,15 +352,20 @@ def run(
     if cfg.batch < len(tasks):
         raise ValueError(f"batch {cfg.batch} is smaller than the number of tasks {len(tasks)}")
     plan = make_plan(tasks, cfg.batch)
+    mesh = _mesh_for_run(mesh, plan, len(tasks), cfg.batch)
     if cfg.auto_reset:
+        if mesh is not None:
+            raise ValueError("auto-reset rounds run in one process on one device for now")
         return _run_autoreset(cfg, tasks, plan, agent, params, ccfg, mode, catalog, progress)
+    catalog = _replicated(catalog, mesh)
     cstate = cur.init(len(tasks))
     tally = _Tally(tasks, ccfg, progress)
     fn, compile_s = _compiled(
         "round",
-        _make_round(plan, agent, params, ccfg, mode),
+        _make_round(plan, agent, params, ccfg, mode, mesh),
         (catalog, cstate, jax.random.key(0), jnp.int32(0), jnp.int32(0), jnp.bool_(False)),
         _static(plan, agent, params, ccfg, mode),
+        mesh=mesh,
     )
     base = jax.random.key(cfg.seed)
     fixed, use_fixed = jnp.int32(cfg.difficulty or 0), jnp.bool_(cfg.difficulty is not None)
@@ -261,7 +373,8 @@ def run(
     for rnd in range(cfg.rounds):
         key = jax.random.fold_in(base, rnd)
         first = jnp.int32(rnd * cfg.batch)
-        out = tally.timed(fn, catalog, cstate, key, first, fixed, use_fixed)
+        with peer_failures():
+            out = tally.timed(fn, catalog, cstate, key, first, fixed, use_fixed)
         cstate, d, cols, n_steps = out
         tally.record(rnd, cstate, task, d, cols, n_steps)
     return tally.result(compile_s)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
@@ -159,6 +160,8 @@ def check_sharded_rollout(
     def data(x: jax.Array) -> np.ndarray:
         if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
             x = jax.random.key_data(x)
+        if not x.is_fully_addressable:  # a mesh over several processes: every slice
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
         return np.asarray(x)
 
     flat_w, tree_w = jax.tree_util.tree_flatten_with_path(want)

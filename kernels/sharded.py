@@ -22,6 +22,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
 from ecomjax.kernels.topk import (
     ScoreFn,
     TopK,
@@ -29,9 +33,6 @@ from ecomjax.kernels.topk import (
     masked_topk,
     masked_topk_reference,
 )
-from jax import lax
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
 __all__ = [
     "check_sharded_topk",
@@ -92,10 +93,26 @@ def pad_rows(rows: PyTree, multiple: int) -> tuple[PyTree, int]:
 
 
 def shard_rows(rows: PyTree, mesh: Mesh, axis: str = "rows") -> tuple[PyTree, int]:
-    """Pad ``rows`` to the axis size and place them row-sharded on ``mesh``; returns (rows, n)."""
-    padded, n = pad_rows(rows, mesh.shape[axis])
+    """Pad ``rows`` to the axis size and place them row-sharded on ``mesh``; returns (rows, n).
+
+    Each process reads only the rows of its own devices (``make_array_from_callback``), so
+    with a mesh over several processes a leaf may be a ``np.memmap`` larger than one host's
+    memory, and no process ever holds the whole catalog on its devices."""
+    s = mesh.shape[axis]
+    n = int(jax.tree_util.tree_leaves(rows)[0].shape[0])
+    n_all = -(-n // s) * s if n else s
     sharding = NamedSharding(mesh, P(axis))
-    return jax.tree_util.tree_map(lambda x: jax.device_put(x, sharding), padded), n
+
+    def place(x):
+        def rows_at(idx: tuple) -> np.ndarray:
+            lo, hi, _ = idx[0].indices(n_all)
+            block = np.asarray(x[lo : min(hi, n)])
+            pad = [(0, hi - lo - block.shape[0])] + [(0, 0)] * (block.ndim - 1)
+            return np.pad(block, pad)[(slice(None), *idx[1:])]
+
+        return jax.make_array_from_callback((n_all, *x.shape[1:]), sharding, rows_at)
+
+    return jax.tree_util.tree_map(place, rows), n
 
 
 def sharded_masked_topk(

@@ -1,0 +1,129 @@
+"""``ecomjax run`` as 1, 2 and 4 processes of one jax.distributed run on this machine.
+
+Each count is one launch of N fresh processes over loopback (one CPU device each,
+``ecomjax.distributed.launch_local``); rows record process 0's steady-state episodes/s
+and compile time, whether every process's digest equals the 1-process run's (the same
+episodes and curriculum, bit for bit), and the cost of the round's one collective: the
+all-gather of the batch's outcome columns (20 bytes an episode), timed alone in the same
+processes (median of ``--reps`` after a warm-up, blocked until ready).
+
+    python benchmarks/multiprocess.py --tasks C8 --batch 4096 --rounds 3
+
+On 2 cores, N processes share the same 2 cores, so expect no speed-up: the point is
+correctness and what the collectives cost. Rows go to benchmarks/results/multiprocess.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rows_io import append_rows  # noqa: E402
+
+from ecomjax.distributed import launch_local  # noqa: E402
+
+OUT = Path(__file__).parent / "results" / "multiprocess.jsonl"
+COLUMNS = 5  # runner.COLUMNS: success, r_total, r_task, r_eff, r_hall (float32)
+
+
+def gather_cost(batch: int, reps: int = 50) -> dict:
+    """Seconds per all-gather of a [batch, 5] float32 array split over every process's
+    devices into a replicated one (what each round does), plus the env-steps psum."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from ecomjax.sharding import batch_mesh
+
+    mesh = batch_mesh()
+    n = mesh.shape["batch"]
+    rows = np.arange(batch * COLUMNS, dtype=np.float32).reshape(batch, COLUMNS)
+    x = jax.make_array_from_callback(rows.shape, NamedSharding(mesh, P("batch")), lambda i: rows[i])
+
+    @jax.jit
+    def gather(x):
+        full = jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P()))
+        return full, jnp.sum(x[:, 0]).astype(jnp.int32)
+
+    jax.block_until_ready(gather(x))
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(gather(x))
+        times.append(time.perf_counter() - t0)
+    return {
+        "gather_median_s": statistics.median(times),
+        "bytes_in_per_process": batch * COLUMNS * 4 * (n - 1) // n,
+        "processes": jax.process_count(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--tasks", default="C8")
+    ap.add_argument("--batch", type=int, default=4096)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--processes", default="1,2,4")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args(argv)
+    from throughput import env_info
+
+    info = env_info()
+    py = sys.executable
+    run = [py, "-m", "ecomjax.cli", "run", "--tasks", args.tasks, "--batch", str(args.batch)]
+    run += ["--rounds", str(args.rounds), "--json", "--no-compile-cache"]
+    rows, single = [], None
+    for n in [int(x) for x in args.processes.split(",")]:
+        t0 = time.perf_counter()
+        runs = launch_local(run, n, timeout=None, env={"PYTHONPATH": str(ROOT)})
+        wall = time.perf_counter() - t0
+        bad = [r for r in runs if r.returncode != 0]
+        if bad:
+            print(bad[0].stderr[-3000:], file=sys.stderr)
+            return 1
+        reports = [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
+        lead = reports[0]
+        single = lead["digest"] if single is None and n == 1 else single
+        row = {
+            "kind": "multiprocess",
+            "tasks": args.tasks,
+            "batch": args.batch,
+            "rounds": args.rounds,
+            "processes": n,
+            "episodes_per_s": lead["episodes_per_s"],
+            "env_steps_per_s": lead["env_steps_per_s"],
+            "compile_s": [r["compile_s"] for r in reports],
+            "launch_wall_s": wall,
+            "same_digest_all_processes": len({r["digest"] for r in reports}) == 1,
+            "same_digest_as_1_process": None if single is None else lead["digest"] == single,
+            **info,
+        }
+        if n > 1:
+            check = [py, "-m", "ecomjax.distributed", "check", "multiprocess:gather_cost"]
+            check.append(json.dumps({"batch": args.batch, "reps": args.reps}))
+            costs = launch_local(check, n, timeout=None, env={"PYTHONPATH": f"{ROOT}/benchmarks"})
+            if any(c.returncode for c in costs):
+                print(costs[0].stderr[-3000:], file=sys.stderr)
+                return 1
+            row.update(json.loads(costs[0].stdout.strip().splitlines()[-1]))
+            row["gather_share_of_round"] = row["gather_median_s"] / (
+                args.batch / row["episodes_per_s"]
+            )
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    append_rows(args.out, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,167 @@
+"""Multi-process runs on jax.distributed (``ecomjax.distributed``), over loopback on this
+machine: every process's result and the final curriculum equal one process running the
+same global batch, bit for bit, and a process that dies stops the others."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ecomjax import distributed as dist
+from ecomjax.runner import RunConfig, run
+
+PY = sys.executable
+CHECK = [PY, "-m", "ecomjax.distributed", "check"]
+
+
+# One compile cache for this file's runs: the dead-process test replays 2-mixed's program.
+CACHE = Path(os.environ.get("ECOMJAX_JAX_CACHE", Path(__file__).parents[1] / ".jax_cache"))
+
+
+def _cli(tasks: str, batch: int, rounds: int, *extra: str) -> list[str]:
+    cache = ["--no-compile-cache"] if str(CACHE) == "off" else ["--compile-cache", str(CACHE)]
+    return [
+        PY, "-m", "ecomjax.cli", "run", "--tasks", tasks, "--batch", str(batch),
+        "--rounds", str(rounds), "--catalog-size", "200", "--seed", "3", "--json",
+        *cache, *extra,
+    ]  # fmt: skip
+
+
+def _reports(runs: list[subprocess.CompletedProcess]) -> list[dict]:
+    for i, r in enumerate(runs):
+        assert r.returncode == 0, f"process {i} failed ({r.returncode}):\n{r.stderr[-3000:]}"
+    return [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
+
+
+def test_cluster_settings_are_checked(monkeypatch):
+    assert not dist.Cluster().enabled and not dist.Cluster(num_processes=1).enabled
+    assert dist.initialize(dist.Cluster(num_processes=1)) is False  # nothing to join
+    with pytest.raises(ValueError, match="coordinator"):
+        dist.Cluster(num_processes=2, process_id=0).validate()
+    with pytest.raises(ValueError, match="process_id must lie in 0..1"):
+        dist.Cluster("127.0.0.1:1", 2, 2).validate()
+    with pytest.raises(ValueError, match="num_processes"):
+        dist.Cluster(num_processes=0).validate()
+    monkeypatch.setenv(dist.ENV_COORDINATOR, "10.0.0.1:7777")
+    monkeypatch.setenv(dist.ENV_NUM_PROCESSES, "4")
+    monkeypatch.setenv(dist.ENV_PROCESS_ID, "3")
+    assert dist.cluster_from_args() == dist.Cluster("10.0.0.1:7777", 4, 3)
+    from ecomjax.cli import build_parser
+
+    args = build_parser().parse_args(["run", "--num-processes", "2", "--process-id", "1"])
+    assert dist.cluster_from_args(args) == dist.Cluster("10.0.0.1:7777", 2, 1)
+
+
+def test_a_batch_that_does_not_split_evenly_is_refused():
+    """Over 2 processes, 2 tasks need a batch that is a multiple of 4: a clear error from
+    every process, before anything compiles."""
+    runs = dist.launch_local(_cli("CART,STATUS", 6, 1), 2, timeout=300)
+    for r in runs:
+        assert r.returncode == 2, r.stderr[-2000:]
+        assert "batch must be a multiple of 4" in r.stderr
+
+
+CASES = [
+    pytest.param(2, "CART,STATUS", 32, id="2-mixed"),
+    pytest.param(4, "CART", 64, id="4-CART"),
+    pytest.param(2, "CART", 32, id="2-CART", marks=pytest.mark.slow),
+    pytest.param(2, "C8", 32, id="2-C8", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("n, tasks, batch", CASES)
+def test_processes_equal_one_process(n, tasks, batch):
+    """Each of n processes plays 1/n of every slice; all of them report the digest of the
+    whole batch's (task, d, outcome) rows of every round, the curriculum windows after
+    every round and the final curriculum counters of one process playing it all. The
+    curriculum moves during the run (so a process that counted only its own episodes
+    would sample other d and disagree)."""
+    rounds = 4
+    want = run(RunConfig(tasks=tasks, batch=batch, rounds=rounds, catalog_size=200, seed=3))
+    assert want.history[0] != want.history[-1], "the curriculum must move for this test to bite"
+    reports = _reports(dist.launch_local(_cli(tasks, batch, rounds), n, timeout=1500))
+    for i, got in enumerate(reports):
+        assert got["processes"] == n
+        assert got["episodes"] == want.episodes == batch * rounds
+        assert got["digest"] == want.digest, f"process {i}: episodes differ"
+        assert got["curriculum_state"] == want.state, f"process {i}: curriculum differs"
+        windows = {t: list(w) for t, w in want.curriculum.items()}
+        assert {t: got["per_task"][t]["h"] for t in windows} == {
+            t: w[1] for t, w in windows.items()
+        }
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_row_sharded_retrieval_across_processes(n):
+    """The catalog's rows split over n processes (each reads only its own rows); the exact
+    top-k merged across them equals one device's, ids and tie order included."""
+    runs = dist.launch_local([*CHECK, "ecomjax.kernels.sharded:check_sharded_topk"], n, timeout=900)
+    for report in _reports(runs):
+        assert report == {"devices": n, "n": 1003, "cases": 6, "identical": True}
+
+
+@pytest.mark.slow
+def test_every_episode_state_across_processes():
+    """The whole final state of a mixed batch, gathered from 2 processes' slices, equals
+    one device's run leaf for leaf (``sharding.check_sharded_rollout``)."""
+    kwargs = json.dumps({"tasks": "CART,STATUS", "per_device": 2})
+    runs = dist.launch_local([*CHECK, "ecomjax.sharding:check_sharded_rollout", kwargs], 2)
+    for report in _reports(runs):
+        assert report["identical"] and report["devices"] == 2
+
+
+def _started(n: int, argv: list[str], logs: Path) -> list[tuple[subprocess.Popen, Path]]:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env[dist.ENV_COORDINATOR] = f"127.0.0.1:{dist.free_port()}"
+    env[dist.ENV_NUM_PROCESSES] = str(n)
+    out = []
+    for i in range(n):
+        err = logs / f"p{i}.err"
+        with open(err, "w") as fh:
+            proc = subprocess.Popen(
+                argv, env={**env, dist.ENV_PROCESS_ID: str(i)}, stdout=subprocess.DEVNULL, stderr=fh
+            )
+        out.append((proc, err))
+    return out
+
+
+@pytest.mark.parametrize("victim", [1, 0], ids=["worker-dies", "coordinator-dies"])
+def test_a_dead_process_stops_the_others(victim, tmp_path):
+    """Kill one of two processes mid-run: the other exits non-zero with a message naming
+    the cause within a bounded time (gloo fails at once; the coordination service's
+    heartbeat timeout, 10 s here, bounds the rest), instead of waiting forever."""
+    argv = _cli("CART,STATUS", 32, 10**6, "--progress", "--heartbeat-timeout", "10")
+    procs = _started(2, argv, tmp_path)
+    try:
+        lead_err = procs[0][1]
+        deadline = time.monotonic() + 900
+        while not re.search(r"\|\s*[1-9]\d*/", lead_err.read_text()):  # a round finished
+            assert all(p.poll() is None for p, _ in procs), lead_err.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no round finished"
+            time.sleep(0.5)
+        procs[victim][0].send_signal(signal.SIGKILL)
+        survivor, err = procs[1 - victim]
+        t0 = time.monotonic()
+        rc = survivor.wait(timeout=120)
+        waited = time.monotonic() - t0
+    finally:
+        for p, _ in procs:
+            if p.poll() is None:
+                p.kill()
+    text = err.read_text()
+    assert rc != 0
+    assert waited < 60, f"took {waited:.0f} s to stop"
+    clear = "another process of the run has probably died" in text or (
+        "JAX distributed service detected fatal errors" in text
+    )
+    assert clear, text[-3000:]
+    if victim == 1:  # the worker's collective fails at once: ecomjax's own message
+        assert rc == dist.EXIT_PEER_LOST, text[-3000:]
