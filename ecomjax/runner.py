@@ -81,6 +81,9 @@ class RunResult:
     history: list[dict[str, tuple[int, int]]]  # window after every round
     # sha256 over every round's (task, d, outcome columns): equal digests, equal episodes
     digest: str = ""
+    # the same over (task, d, success) only: integers, so equal across programs too (the
+    # reward floats of two programs may differ in the last bit: docs/limits.md)
+    outcome_digest: str = ""
     state: dict[str, list[int]] = field(default_factory=dict)  # final curriculum l, h, a, b
     processes: int = 1
 
@@ -105,6 +108,7 @@ class RunResult:
             "compile_s": self.compile_s,
             "per_task": per_task,
             "digest": self.digest,
+            "outcome_digest": self.outcome_digest,
             "curriculum_state": self.state,
             "processes": self.processes,
         }
@@ -131,6 +135,7 @@ class _Tally:
     history: list[dict[str, tuple[int, int]]] = field(default_factory=list)
     cstate: cur.CurriculumState | None = None
     digest: hashlib._Hash = field(default_factory=hashlib.sha256)
+    outcomes: hashlib._Hash = field(default_factory=hashlib.sha256)
 
     def __post_init__(self) -> None:
         self.stats = {t: TaskStats() for t in self.tasks}
@@ -146,6 +151,9 @@ class _Tally:
         """One round's completed episodes: ``task`` indexes ``tasks`` per row."""
         for x, dtype in ((task, np.int32), (d, np.int32), (cols, np.float32)):
             self.digest.update(np.ascontiguousarray(np.asarray(x), dtype).tobytes())
+        success = np.asarray(cols)[:, 0] > 0
+        for x, dtype in ((task, np.int32), (d, np.int32), (success, np.int8)):
+            self.outcomes.update(np.ascontiguousarray(np.asarray(x), dtype).tobytes())
         self.cstate = cstate
         d, cols = np.asarray(d), np.asarray(cols, np.float64)
         for i, name in enumerate(self.tasks):
@@ -168,6 +176,7 @@ class _Tally:
             curriculum=self.history[-1],
             history=self.history,
             digest=self.digest.hexdigest(),
+            outcome_digest=self.outcomes.hexdigest(),
             state={
                 f.name: np.asarray(getattr(self.cstate, f.name)).tolist()
                 for f in dataclasses.fields(self.cstate)

@@ -69,21 +69,25 @@ def test_a_batch_that_does_not_split_evenly_is_refused():
         assert "batch must be a multiple of 4" in r.stderr
 
 
+# exact_floats: the reward floats too are bit-identical. Not for PD (and C8, which holds
+# it): XLA:CPU may contract PD's weighted r_task into an FMA in one batch shape's program
+# and not in another's, one ulp apart (docs/limits.md); d, success and the curriculum
+# still agree bit for bit, and the mean rewards to rounding.
 CASES = [
-    pytest.param(2, "CART,STATUS", 32, id="2-mixed"),
-    pytest.param(4, "CART", 64, id="4-CART"),
-    pytest.param(2, "CART", 32, id="2-CART", marks=pytest.mark.slow),
-    pytest.param(2, "C8", 32, id="2-C8", marks=pytest.mark.slow),
+    pytest.param(2, "CART,STATUS", 32, True, id="2-mixed"),
+    pytest.param(4, "CART", 64, True, id="4-CART"),
+    pytest.param(2, "CART", 32, True, id="2-CART", marks=pytest.mark.slow),
+    pytest.param(2, "C8", 32, False, id="2-C8", marks=pytest.mark.slow),
 ]
 
 
-@pytest.mark.parametrize("n, tasks, batch", CASES)
-def test_processes_equal_one_process(n, tasks, batch):
+@pytest.mark.parametrize("n, tasks, batch, exact_floats", CASES)
+def test_processes_equal_one_process(n, tasks, batch, exact_floats):
     """Each of n processes plays 1/n of every slice; all of them report the digest of the
-    whole batch's (task, d, outcome) rows of every round, the curriculum windows after
-    every round and the final curriculum counters of one process playing it all. The
-    curriculum moves during the run (so a process that counted only its own episodes
-    would sample other d and disagree)."""
+    whole batch's (task, d, success) rows of every round (and of every outcome column),
+    the curriculum windows after every round and the final curriculum counters of one
+    process playing it all. The curriculum moves during the run (so a process that
+    counted only its own episodes would sample other d and disagree)."""
     rounds = 4
     want = run(RunConfig(tasks=tasks, batch=batch, rounds=rounds, catalog_size=200, seed=3))
     assert want.history[0] != want.history[-1], "the curriculum must move for this test to bite"
@@ -91,8 +95,13 @@ def test_processes_equal_one_process(n, tasks, batch):
     for i, got in enumerate(reports):
         assert got["processes"] == n
         assert got["episodes"] == want.episodes == batch * rounds
-        assert got["digest"] == want.digest, f"process {i}: episodes differ"
+        assert got["outcome_digest"] == want.outcome_digest, f"process {i}: episodes differ"
+        if exact_floats:
+            assert got["digest"] == want.digest, f"process {i}: reward floats differ"
         assert got["curriculum_state"] == want.state, f"process {i}: curriculum differs"
+        for t, row in want.summary()["per_task"].items():
+            assert got["per_task"][t]["success_rate"] == row["success_rate"]
+            assert got["per_task"][t]["mean_reward"] == pytest.approx(row["mean_reward"], abs=1e-6)
         windows = {t: list(w) for t, w in want.curriculum.items()}
         assert {t: got["per_task"][t]["h"] for t in windows} == {
             t: w[1] for t, w in windows.items()
