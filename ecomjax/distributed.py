@@ -124,6 +124,20 @@ def peer_failures() -> Iterator[None]:
         ) from exc
 
 
+def barrier(name: str, timeout_s: int = 3600) -> None:
+    """Waits until every process of the run reaches ``name`` (a no-op in one process).
+
+    Why: gloo sets up its context at the first collective and gives a missing peer only
+    30 s, while one process may load its program from the compilation cache and another
+    compile it for minutes. The coordination service's barrier waits as long as asked
+    (the same call JAX's own array serialisation makes)."""
+    if jax.process_count() <= 1:
+        return
+    from jax._src import distributed as jax_distributed
+
+    jax_distributed.global_state.client.wait_at_barrier(name, timeout_in_ms=timeout_s * 1000)
+
+
 def exit_now(code: int) -> None:
     """Leaves at once: after a peer died, JAX's shutdown barrier would only wait for the
     heartbeat timeout and then abort."""

@@ -27,7 +27,7 @@ from ecomjax.agents import AGENTS
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.catalog.synthetic import generate_catalog
 from ecomjax.catalog.types import Catalog
-from ecomjax.distributed import peer_failures
+from ecomjax.distributed import barrier, peer_failures
 from ecomjax.kernels.sharded import shard_map_compat
 from ecomjax.program_cache import compile_program
 from ecomjax.registry import family, resolve_tasks
@@ -376,6 +376,7 @@ def run(
         _static(plan, agent, params, ccfg, mode),
         mesh=mesh,
     )
+    barrier("ecomjax-run-compiled")  # every process compiled before the first collective
     base = jax.random.key(cfg.seed)
     fixed, use_fixed = jnp.int32(cfg.difficulty or 0), jnp.bool_(cfg.difficulty is not None)
     task = np.concatenate([np.full(n, i) for i, (_, n) in enumerate(plan)])
