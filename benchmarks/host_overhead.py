@@ -28,7 +28,7 @@ from throughput import env_info  # noqa: E402
 
 from ecomjax.catalog.synthetic import generate_catalog  # noqa: E402
 from ecomjax.llm_bridge import session as SS  # noqa: E402
-from ecomjax.llm_bridge.rollout import OracleBackend, problems, run_rollouts  # noqa: E402
+from ecomjax.llm_bridge.llm_rollout import OracleBackend, problems, run_rollouts  # noqa: E402
 from ecomjax.registry import resolve_tasks  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "host_overhead.jsonl"
@@ -66,10 +66,10 @@ def instrument(clock: Clock) -> None:
     SS.compiled_step = lambda *a, **kw: clock.timed_device(make_step(*a, **kw))
     SS.compiled_search = lambda *a, **kw: clock.timed_device(make_search(*a, **kw))
     SS.parse_turn = clock.timed_part("parse", SS.parse_turn)
-    S = SS.Session
-    S._tool_messages = clock.timed_part("tool_render", S._tool_messages)
-    S._user_message = clock.timed_part("user_text", S._user_message)
-    step = S.step
+    Session = SS.Session
+    Session._tool_messages = clock.timed_part("tool_render", Session._tool_messages)
+    Session._user_message = clock.timed_part("user_text", Session._user_message)
+    step = Session.step
 
     def timed_step(self, *a, **kw):
         clock.device = 0.0
@@ -78,7 +78,7 @@ def instrument(clock: Clock) -> None:
         clock.host.append(time.perf_counter() - t - clock.device)
         return out
 
-    S.step = timed_step
+    Session.step = timed_step
 
 
 def main() -> None:

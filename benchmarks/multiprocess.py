@@ -40,19 +40,20 @@ def gather_cost(batch: int, reps: int = 50) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
+    from jax.sharding import NamedSharding, PartitionSpec
 
     from ecomjax.sharding import batch_mesh
 
     mesh = batch_mesh()
     n = mesh.shape["batch"]
     rows = np.arange(batch * COLUMNS, dtype=np.float32).reshape(batch, COLUMNS)
-    x = jax.make_array_from_callback(rows.shape, NamedSharding(mesh, P("batch")), lambda i: rows[i])
+    x = jax.make_array_from_callback(
+        rows.shape, NamedSharding(mesh, PartitionSpec("batch")), lambda i: rows[i]
+    )
 
     @jax.jit
     def gather(x):
-        full = jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P()))
+        full = jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec()))
         return full, jnp.sum(x[:, 0]).astype(jnp.int32)
 
     jax.block_until_ready(gather(x))

@@ -34,7 +34,7 @@ from rows_io import ROOT, append_rows
 from throughput import env_info
 
 from ecomjax import constants as C
-from ecomjax.llm_bridge.rollout import completed, read_jsonl, summary
+from ecomjax.llm_bridge.llm_rollout import completed, read_jsonl, summary
 
 RESULTS = Path(__file__).parent / "results"
 OUT = RESULTS / "real_llm_baseline.jsonl"

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax import exposure as X
-from ecomjax import reward as R
+from ecomjax import reward as RW
 from ecomjax.catalog.types import Catalog
 from ecomjax.customer import opening, reply
 from ecomjax.gates import TurnGates
@@ -147,13 +147,13 @@ def verify(
     p, w, dlg = state.problem, state.world, state.dialogue
     hard = dlg.hard_fail
     sc = score(catalog, p, w, dlg, families)
-    r_eff = R.efficiency(dlg.turn, dlg.t_user, p.t_max).astype(jnp.float32)
-    r_hall = R.hallucination(w).astype(jnp.float32)
+    r_eff = RW.efficiency(dlg.turn, dlg.t_user, p.t_max).astype(jnp.float32)
+    r_hall = RW.hallucination(w).astype(jnp.float32)
     failed = hard != HF.NONE
     zero = jnp.float32(0.0)
     is_cart = p.env == C.Env.CART
     return RewardInfo(
-        r_total=R.compose(sc.r_task, r_eff, r_hall, hard, params),
+        r_total=RW.compose(sc.r_task, r_eff, r_hall, hard, params),
         r_task=jnp.where(failed, zero, sc.r_task),
         r_eff=jnp.where(failed, zero, r_eff),
         r_hall=jnp.where(failed, zero, r_hall),
@@ -169,7 +169,7 @@ def _safety_violation(catalog: Catalog, state: EpisodeState) -> jax.Array:
     (§4.2). Scored entries include a JOURNEY sub-answer stored earlier and nulled since."""
     ids = jnp.concatenate(
         [
-            R.scored_ids(state.dialogue),
+            RW.scored_ids(state.dialogue),
             jnp.where(state.world.cart_no > 0, state.world.cart_pid, -1),
         ]
     )

@@ -639,19 +639,19 @@ def topic_text(t: int) -> str:
 _TOPIC_WORDS = [tokens(topic_text(t)) for t in range(N_TOPICS)]
 TOPIC_TOKENS: tuple[frozenset[str], ...] = tuple(frozenset(ws) for ws in _TOPIC_WORDS)
 # The policy-search vocabulary: every topic token, in first-appearance order.
-VOCAB: tuple[str, ...] = tuple(dict.fromkeys(w for ws in _TOPIC_WORDS for w in ws))
-VOCAB_INDEX = {w: i for i, w in enumerate(VOCAB)}
-N_VOCAB = len(VOCAB)
+QUESTION_WORDS: tuple[str, ...] = tuple(dict.fromkeys(w for ws in _TOPIC_WORDS for w in ws))
+QUESTION_WORD_INDEX = {w: i for i, w in enumerate(QUESTION_WORDS)}
+N_QUESTION_WORDS = len(QUESTION_WORDS)
 OOV = -2  # a query token outside the vocabulary (still counts in |Q|)
-W_TOPIC = np.zeros((N_TOPICS, N_VOCAB), bool)
+W_TOPIC = np.zeros((N_TOPICS, N_QUESTION_WORDS), bool)
 for _t, _ws in enumerate(TOPIC_TOKENS):
-    W_TOPIC[_t, [VOCAB_INDEX[w] for w in _ws]] = True
+    W_TOPIC[_t, [QUESTION_WORD_INDEX[w] for w in _ws]] = True
 
 
 def tokenize_query(text: str) -> list[int]:
     """Query text -> distinct token ids (first-appearance order), -2 per distinct unknown
     word, at most MAX_QUERY_TOKENS. Deduplicated here so each -2 is one distinct word."""
-    out = [VOCAB_INDEX.get(w, OOV) for w in dict.fromkeys(tokens(text))]
+    out = [QUESTION_WORD_INDEX.get(w, OOV) for w in dict.fromkeys(tokens(text))]
     return out[: C.MAX_QUERY_TOKENS]
 
 

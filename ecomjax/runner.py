@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ecomjax import autoreset
 from ecomjax import constants as C
@@ -198,7 +197,7 @@ def _compiled(
         out, seconds, _ = compile_program(name, fn, args, static, donate)
         return out, seconds
     t0 = time.perf_counter()
-    jitted = jax.jit(fn, out_shardings=NamedSharding(mesh, P()), donate_argnums=donate)
+    jitted = jax.jit(fn, out_shardings=NamedSharding(mesh, PartitionSpec()), donate_argnums=donate)
     compiled = jitted.lower(*args).compile()
     return compiled, time.perf_counter() - t0
 
@@ -231,12 +230,16 @@ def _player(plan, agent, params: EnvParams, mesh: Mesh | None) -> Callable:
         return _reward_columns(res.state.reward), jax.lax.psum(res.env_steps, axis)
 
     sharded = shard_map_compat(
-        per_device, mesh, in_specs=(P(), P(axis), P(axis)), out_specs=(P(axis), P())
+        per_device,
+        mesh,
+        in_specs=(PartitionSpec(), PartitionSpec(axis), PartitionSpec(axis)),
+        out_specs=(PartitionSpec(axis), PartitionSpec()),
     )
 
     def play(catalog, keys, d):
         cols, steps = sharded(catalog, keys[perm], d[perm])
-        cols = jax.lax.with_sharding_constraint(cols, NamedSharding(mesh, P()))  # all-gather
+        # all-gather
+        cols = jax.lax.with_sharding_constraint(cols, NamedSharding(mesh, PartitionSpec()))
         return cols[inv], steps
 
     return play
@@ -318,7 +321,7 @@ def _replicated(tree, mesh: Mesh | None):
     one: the synthetic catalog is a function of its seed)."""
     if mesh is None:
         return tree
-    rep = NamedSharding(mesh, P())
+    rep = NamedSharding(mesh, PartitionSpec())
 
     def place(x):
         host = np.asarray(x)

@@ -26,8 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
-from jax.sharding import Mesh
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh, PartitionSpec
 
 from ecomjax.catalog.types import Catalog
 from ecomjax.kernels.sharded import shard_map_compat
@@ -96,7 +95,10 @@ def make_sharded_rollout(
         return res.state, steps, jax.lax.pmax(res.turns, axis)
 
     fn = shard_map_compat(
-        per_device, mesh, in_specs=(P(), P(axis), P(axis)), out_specs=(P(axis), P(), P())
+        per_device,
+        mesh,
+        in_specs=(PartitionSpec(), PartitionSpec(axis), PartitionSpec(axis)),
+        out_specs=(PartitionSpec(axis), PartitionSpec(), PartitionSpec()),
     )
 
     @jax.jit

@@ -23,8 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ecomjax.kernels.topk import (
     ScoreFn,
@@ -101,7 +100,7 @@ def shard_rows(rows: PyTree, mesh: Mesh, axis: str = "rows") -> tuple[PyTree, in
     s = mesh.shape[axis]
     n = int(jax.tree_util.tree_leaves(rows)[0].shape[0])
     n_all = -(-n // s) * s if n else s
-    sharding = NamedSharding(mesh, P(axis))
+    sharding = NamedSharding(mesh, PartitionSpec(axis))
 
     def place(x):
         def rows_at(idx: tuple) -> np.ndarray:
@@ -159,7 +158,12 @@ def sharded_masked_topk(
         top_s, top_i = merge_topk(gs, gi, kk)
         return top_s, top_i, lax.psum(res.n_valid, axis)
 
-    fn = shard_map_compat(local, mesh, in_specs=(P(axis), P()), out_specs=(P(), P(), P()))
+    fn = shard_map_compat(
+        local,
+        mesh,
+        in_specs=(PartitionSpec(axis), PartitionSpec()),
+        out_specs=(PartitionSpec(), PartitionSpec(), PartitionSpec()),
+    )
     top_s, top_i, count = fn(rows, queries)
     out = _finish(top_s, top_i, count)
     if k == 0:

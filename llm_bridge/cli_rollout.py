@@ -63,7 +63,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def _backend(args: argparse.Namespace) -> Any:
     from ecomjax.llm_bridge import backends
-    from ecomjax.llm_bridge.rollout import OracleBackend
+    from ecomjax.llm_bridge.llm_rollout import OracleBackend
 
     if args.backend == "oracle":
         return OracleBackend(args.fmt)
@@ -98,7 +98,7 @@ def _backend(args: argparse.Namespace) -> Any:
 
 def _plan(args: argparse.Namespace) -> list | None:
     from ecomjax import constants as C
-    from ecomjax.llm_bridge.rollout import problems
+    from ecomjax.llm_bridge.llm_rollout import problems
     from ecomjax.registry import resolve_tasks
 
     try:
@@ -119,7 +119,7 @@ def play(args: argparse.Namespace, backend: Any, text: Any, session_kw: dict | N
     if some episodes failed (rerun with --resume), 2 on bad arguments, 130 if interrupted."""
     from tqdm import tqdm
 
-    from ecomjax.llm_bridge.rollout import (
+    from ecomjax.llm_bridge.llm_rollout import (
         OK,
         JsonlWriter,
         completed,

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from ecomjax import constants as C
-from ecomjax.llm_bridge import schemas as S
+from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge.ids import CatalogIds, IdCodec
 from ecomjax.llm_bridge.parse import FORMATS, empty_numpy_action, format_turn
 from ecomjax.tools.validate import hard_fail_kind
@@ -162,9 +162,9 @@ UNICODE = "aZ09_-. ü☃𝄞ßЖ中\t\n\"'\\{}[]<>=/"
 
 
 def _types(tool: str, key: str) -> list[str]:
-    if tool == S.SUBMIT_ANSWER:
+    if tool == SC.SUBMIT_ANSWER:
         return ["object"]
-    t = S.PARAMS[S.TOOL_BY_NAME[tool]]["properties"][key].get("type", [])
+    t = SC.PARAMS[SC.TOOL_BY_NAME[tool]]["properties"][key].get("type", [])
     return [t] if isinstance(t, str) else list(t)
 
 
@@ -173,7 +173,7 @@ def _wrong_type_value(rng: random.Random, types: list[str]) -> Any:
     pool = [
         v
         for v in JUNK
-        if not any(S.TYPE_OK[t](v) for t in types)
+        if not any(SC.TYPE_OK[t](v) for t in types)
         and not ("integer" in types and isinstance(v, float) and v.is_integer())
     ]
     return rng.choice(pool)
@@ -187,7 +187,7 @@ def mutate_args(rng: random.Random, tool: str, args: dict) -> tuple[dict, str, s
     """One mutation of a valid call's arguments: (arguments, expectation, kind) with
     expectation ``"invalid"`` (must be rejected), ``"valid"`` (must pass) or ``"unknown"``."""
     args = json.loads(json.dumps(args))
-    schema = S.PARAMS[S.TOOL_BY_NAME[tool]]
+    schema = SC.PARAMS[SC.TOOL_BY_NAME[tool]]
     kind = rng.choice(
         ["drop", "extra", "extra_nested", "wrong_type", "junk", "huge_int", "unicode", "none"]
     )
@@ -224,7 +224,7 @@ def mutate_args(rng: random.Random, tool: str, args: dict) -> tuple[dict, str, s
 def mutate_answer(rng: random.Random, answer: dict) -> tuple[dict, str]:
     answer = json.loads(json.dumps(answer))
     kind = rng.choice(["drop", "extra", "wrong_type", "junk", "none"])
-    schema = S.ANSWER_SCHEMAS[answer["env"]]
+    schema = SC.ANSWER_SCHEMAS[answer["env"]]
     if kind == "drop":
         k = rng.choice(sorted(answer))
         del answer[k]

@@ -327,7 +327,8 @@ class EcomjaxTextEnv(_Base):  # type: ignore[misc,valid-type]
     spaces compare equal); prefer it. "async" needs ``vector_kwargs={"context": "spawn",
     "shared_memory": False}``: ``fork`` after JAX has started deadlocks, the text spaces
     have no shared-memory layout, and each spawned worker imports JAX and compiles the env
-    again (about two minutes on a small CPU), so it is not tested."""
+    again unless ``JAX_COMPILATION_CACHE_DIR`` points it at a warm persistent cache (tested:
+    it plays what "sync" plays)."""
 
     # render_fps: gymnasium's checker asks for one whenever render modes exist; text has none.
     metadata = {"render_modes": ["ansi"], "render_fps": 1}

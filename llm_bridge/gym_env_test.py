@@ -1,8 +1,8 @@
 """The gymnasium adapter against gymnasium itself: ``check_env`` (warnings are failures) in
 every obs_mode and fmt, seeding through ``super().reset``, spaces that hold what the env
 returns and compare by value, sampled actions that are valid turns, ``gym.make`` with the
-passive checker on, and ``gym.make_vec`` (sync). Plus the env's own contract: an episode,
-truncation, options, and the unseeded-reset rule.
+passive checker on, and ``gym.make_vec`` (sync, and async with spawned workers). Plus the
+env's own contract: an episode, truncation, options, and the unseeded-reset rule.
 
 Compiles: the resets of PD and CART, one step and one search (shared with every session of
 the process)."""
@@ -211,6 +211,40 @@ def test_make_vec_sync(text, registered, obs_mode):
         assert obs in envs.observation_space and reward.shape == (2,)
         assert not (terminated.any() or truncated.any()) and np.all(reward == 0.0)
     envs.close()
+
+
+def test_make_vec_async_spawn_equals_sync(text, registered, monkeypatch):
+    """The "async" mode with spawned workers (``fork`` after JAX starts deadlocks): each
+    worker builds its env from the registered entry point and must play what a sync vector
+    env plays. The workers inherit this process's compilation cache, so they load what the
+    sync test above compiled instead of compiling it again."""
+    import jax
+
+    if jax.config.jax_compilation_cache_dir:
+        monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", jax.config.jax_compilation_cache_dir)
+    make = {"num_envs": 2, "family": "CART", "obs_mode": "messages"}
+    sync = gym.make_vec(registered, vectorization_mode="sync", **make)
+    spawned = gym.make_vec(
+        registered,
+        vectorization_mode="async",
+        vector_kwargs={"context": "spawn", "shared_memory": False},
+        **make,
+    )
+    try:
+        assert spawned.observation_space == sync.observation_space
+        got, want = spawned.reset(seed=20), sync.reset(seed=20)
+        assert list(got[1]["seed"]) == list(want[1]["seed"]) == [20, 21]
+        assert list(got[0]) == list(want[0]) and got[0][0] != got[0][1]
+        sync.action_space.seed(1)
+        for _ in range(2):
+            actions = sync.action_space.sample()
+            got, want = spawned.step(actions), sync.step(actions)
+            assert list(got[0]) == list(want[0])
+            for g, w in zip(got[1:4], want[1:4], strict=True):
+                np.testing.assert_array_equal(g, w)
+    finally:
+        spawned.close()
+        sync.close()
 
 
 # --- the env's own contract -----------------------------------------------------------------------

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ecomjax import constants as C
+from ecomjax.catalog.vocabulary import BRANDS, STORES, TAXONOMY
 from ecomjax.llm_bridge.ids import UNKNOWN, IdCodec
 from ecomjax.llm_bridge.parse import format_turn, parse_turn
 from ecomjax.types import empty_problem
@@ -94,15 +95,15 @@ def test_from_problem_synthesized_variants(cat_ids):
 
 def test_filter_codes(cat_ids):
     cat = C.Attr.CAT
-    chargers = [t[1] for t in C.TAXONOMY].index("chargers")
+    chargers = [t[1] for t in TAXONOMY].index("chargers")
     for name in ("chargers", "Chargers", "electronics/mobile/chargers", " CHARGERS "):
         assert cat_ids.filter_code(cat, name) == chargers
-    shirts = [t[1] for t in C.TAXONOMY].index("shirts")
+    shirts = [t[1] for t in TAXONOMY].index("shirts")
     assert cat_ids.filter_code(cat, "men's shirts") == shirts
     assert cat_ids.filter_code(cat, "smart_home lights") == UNKNOWN
-    assert cat_ids.filter_code(cat, "SMART LIGHTS") == [t[1] for t in C.TAXONOMY].index("lights")
-    assert cat_ids.filter_code(C.Attr.BRAND, "pixelvault") == C.BRANDS.index("PixelVault")
-    assert cat_ids.filter_code(C.Attr.STORE, "homegoods plus") == C.STORES.index("HomeGoods Plus")
+    assert cat_ids.filter_code(cat, "SMART LIGHTS") == [t[1] for t in TAXONOMY].index("lights")
+    assert cat_ids.filter_code(C.Attr.BRAND, "pixelvault") == BRANDS.index("PixelVault")
+    assert cat_ids.filter_code(C.Attr.STORE, "homegoods plus") == STORES.index("HomeGoods Plus")
     assert cat_ids.filter_code(C.Attr.CONNECTOR_TYPE, "usb-c") == 1
     assert cat_ids.filter_code(C.Attr.MATERIAL, "stainless steel") == 11
     assert cat_ids.filter_code(C.Attr.COLOR, "chartreuse") == UNKNOWN

@@ -55,7 +55,7 @@ import numpy as np
 from ecomjax import constants as C
 from ecomjax import policy_rules as P
 from ecomjax.catalog.embedder import embed_texts
-from ecomjax.llm_bridge import schemas as S
+from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge.ids import IdCodec
 from ecomjax.types import CALL_FIELDS, Action, empty_action
 
@@ -65,7 +65,7 @@ FORMATS = ("openai", "hermes", "qwen_xml", "json")
 MAX_TEXT_CHARS = 1 << 18  # one turn's text (content plus argument strings)
 MAX_PARSED_CALLS = 64  # calls looked at in one turn, counted before any JSON is parsed
 MAX_NODES = 1 << 16  # values in an already-parsed message (openai / json dict input)
-MAX_JSON_DEPTH = S.MAX_JSON_DEPTH
+MAX_JSON_DEPTH = SC.MAX_JSON_DEPTH
 UNKNOWN_TOOL = C.N_TOOLS  # outside 0..N_TOOLS-1: the device rejects it as unknown
 INVALID_ENV = -2  # answer.main.env of an answer that fails its schema
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -250,12 +250,12 @@ _PARAM_RE = re.compile(r"<parameter=([^>\n]*)>")
 
 
 def _param_types(name: str, key: str) -> list[str] | None:
-    tool = S.TOOL_BY_NAME.get(name)
-    if name == S.SUBMIT_ANSWER:
+    tool = SC.TOOL_BY_NAME.get(name)
+    if name == SC.SUBMIT_ANSWER:
         return ["object"] if key == "answer" else None
     if tool is None:
         return None
-    prop = S.PARAMS[tool]["properties"].get(key)
+    prop = SC.PARAMS[tool]["properties"].get(key)
     if prop is None:
         return None
     t = prop.get("type", [])
@@ -445,9 +445,9 @@ def _relaxed(schema: dict, fields: set[str]) -> dict:
 
 
 _TEXT_PARAMS: dict[T, dict] = {
-    t: _relaxed(s, {f for (tt, f) in S.DEVICE_RANGE if tt == t}) for t, s in S.PARAMS.items()
+    t: _relaxed(s, {f for (tt, f) in SC.DEVICE_RANGE if tt == t}) for t, s in SC.PARAMS.items()
 }
-_SUBMIT_PARAMS = S.s_obj({"answer": {}}, ("answer",))
+_SUBMIT_PARAMS = SC.s_obj({"answer": {}}, ("answer",))
 
 
 def _arguments(raw: Any) -> tuple[Any, str | None]:
@@ -551,12 +551,12 @@ def describe_error(tool: Any, err: str) -> str:
     """One call's violation in words, e.g. ``catalog_search.top_k must be an integer in
     1..500, got 1000``, from the ``"kind at path: detail"`` of ``schemas.check``."""
     name = tool if isinstance(tool, str) else None
-    t = S.TOOL_BY_NAME.get(name) if name else None
+    t = SC.TOOL_BY_NAME.get(name) if name else None
     m = _CHECK_ERROR.match(err)
     if t is None or m is None:
         return f"{name[:40]}: {err}" if t is not None else err
     kind, path, detail = m.groups()
-    node, rest = _schema_at(S.PARAMS[t], path)
+    node, rest = _schema_at(SC.PARAMS[t], path)
     field = f"{name}{rest}"
     if kind == "missing":
         return f"{name}{rest}.{detail.strip(chr(39))} is required but missing"
@@ -580,7 +580,7 @@ def describe_error(tool: Any, err: str) -> str:
 # --- answers ------------------------------------------------------------------------------
 
 _NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?")
-_STATUS_CODE = {s: i for i, s in enumerate(S.STATUS_NAMES)}
+_STATUS_CODE = {s: i for i, s in enumerate(SC.STATUS_NAMES)}
 F32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -611,11 +611,11 @@ def _answer_error(obj: Any, sub: bool) -> str | None:
     if not isinstance(obj, dict):
         return "the answer is not an object"
     env = obj.get("env")
-    table = S.SUB_ANSWER_SCHEMAS if sub else S.ANSWER_SCHEMAS
+    table = SC.SUB_ANSWER_SCHEMAS if sub else SC.ANSWER_SCHEMAS
     if not isinstance(env, str) or env not in table:
         return f"unknown answer env {str(env)[:20]!r}"
     if env != "JOURNEY":
-        return S.check(obj, table[env], "$.answer")
+        return SC.check(obj, table[env], "$.answer")
     schema = table[env]
     top = {
         **schema,
@@ -626,7 +626,7 @@ def _answer_error(obj: Any, sub: bool) -> str | None:
             },
         },
     }
-    err = S.check(obj, top, "$.answer")
+    err = SC.check(obj, top, "$.answer")
     if err:
         return err
     for i, entry in enumerate(obj["subgoal_answers"]):
@@ -738,11 +738,11 @@ def _build(
     for i, c in enumerate(raw.calls):
         rec: dict[str, Any] = {"id": _call_id(c, turn, i), "name": c.name, "slot": None}
         info["calls"].append(rec)
-        if c.name != S.SUBMIT_ANSWER:
+        if c.name != SC.SUBMIT_ANSWER:
             tool_calls.append((c, rec))
             continue
         args, err = _arguments(c.args)
-        err = c.envelope_error or err or S.check(args, _SUBMIT_PARAMS, "$.arguments")
+        err = c.envelope_error or err or SC.check(args, _SUBMIT_PARAMS, "$.arguments")
         answers.append((None, err) if err else (args["answer"], None))
     if len(answers) > 1:
         raise Malformed("two answers in one turn")
@@ -764,7 +764,7 @@ def _build(
             info["errors"].append(f"call {k} ({str(c.name)[:40]}): {err}")
             arr["bad_args"][slot] = True
             if k < B:
-                known = S.TOOL_BY_NAME.get(c.name) if isinstance(c.name, str) else None
+                known = SC.TOOL_BY_NAME.get(c.name) if isinstance(c.name, str) else None
                 arr["tool"][slot] = UNKNOWN_TOOL if known is None else known
         for e in rec.get("device_checked", ()):
             rec.setdefault("problem", describe_error(c.name, e))
@@ -812,17 +812,17 @@ def _encode_call(
         return "call id is not a string"
     if not isinstance(c.name, str):
         return "tool name missing or not a string"
-    tool = S.TOOL_BY_NAME.get(c.name)
+    tool = SC.TOOL_BY_NAME.get(c.name)
     if tool is None:
         return f"unknown tool {c.name[:40]!r}"
     args, err = _arguments(c.args)
     if err:
         return err
     rec["arguments"] = args
-    err = S.check(args, _TEXT_PARAMS[tool], "$.arguments")
+    err = SC.check(args, _TEXT_PARAMS[tool], "$.arguments")
     if err:
         return err
-    strict = S.check(args, S.PARAMS[tool], "$.arguments")
+    strict = SC.check(args, SC.PARAMS[tool], "$.arguments")
     if not write:  # an overflowing call: the device never sees it, so flag it here
         return strict
     if strict:
@@ -843,7 +843,7 @@ def _write_call(
     """Encode text-valid arguments into call slot ``i`` (field layout: ``Action``,
     ``ecomjax/tools/orders.py``, ``ecomjax/actions.py``)."""
     arr["tool"][i] = tool
-    defaults = {k: p.get("default") for k, p in S.PARAMS[tool]["properties"].items()}
+    defaults = {k: p.get("default") for k, p in SC.PARAMS[tool]["properties"].items()}
 
     def get(k: str) -> Any:
         return args.get(k, defaults.get(k))
@@ -858,16 +858,16 @@ def _write_call(
         if get(k) is not None:
             arr["qty"][i] = int(get(k))
     if tool == T.CATALOG_SEARCH:
-        arr["enum_a"][i] = S.SORT_NAMES.index(get("sort_by"))
+        arr["enum_a"][i] = SC.SORT_NAMES.index(get("sort_by"))
         arr["flag"][i] = bool(get("in_stock_only"))
         if "similar_to" in args:
             arr["product"][i] = codec.product(args["similar_to"])
         for k, v in (args.get("filters") or {}).items():
-            if k in S.DISC_FILTER_NAMES:
-                j = S.DISC_FILTER_NAMES.index(k)
+            if k in SC.DISC_FILTER_NAMES:
+                j = SC.DISC_FILTER_NAMES.index(k)
                 arr["filter_disc"][i, j] = codec.cat.filter_code(C.DISC_FILTERS[j], v)
             else:
-                arr["filter_num"][i, S.NUM_FILTER_NAMES.index(k)] = np.float32(v)
+                arr["filter_num"][i, SC.NUM_FILTER_NAMES.index(k)] = np.float32(v)
     elif tool == T.CATALOG_RERANK:
         rec["candidates"] = [codec.product(s) for s in args["candidate_product_ids"]]
     elif tool in (T.CATALOG_GET_PRODUCT, T.CATALOG_GET_VARIANTS, T.CART_ADD):
@@ -890,8 +890,8 @@ def _write_call(
         if "line_id" in args:
             arr["line"][i] = codec.order_line(args["line_id"], o)
     if "reason_code" in args:
-        arr["enum_a"][i] = S.REASON.get("enum").index(args["reason_code"])
-        arr["enum_b"][i] = S.METHOD.get("enum").index(args["method"])
+        arr["enum_a"][i] = SC.REASON.get("enum").index(args["reason_code"])
+        arr["enum_b"][i] = SC.METHOD.get("enum").index(args["method"])
     if tool == T.RETURN_EXCHANGE:
         arr["product"][i] = p = codec.product(args["new_product_id"])
         arr["variant"][i] = codec.variant(args.get("new_variant_id"), p)
@@ -944,7 +944,7 @@ def format_turn(
     json, ``answer_as="key"``) in the ``answer`` key."""
     calls = list(calls)
     if answer is not None and answer_as == "call":
-        calls.append((S.SUBMIT_ANSWER, {"answer": answer}))
+        calls.append((SC.SUBMIT_ANSWER, {"answer": answer}))
     if fmt == "hermes":
         blocks = [
             f"<tool_call>\n{json.dumps({'name': n, 'arguments': a}, ensure_ascii=False)}\n"

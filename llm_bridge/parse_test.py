@@ -18,7 +18,7 @@ from ecomjax import policy_rules as P
 from ecomjax.actions import Call, make_action
 from ecomjax.catalog.embedder import embed_texts
 from ecomjax.llm_bridge import fuzz as F
-from ecomjax.llm_bridge import schemas as S
+from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge.parse import (
     FORMATS,
     INVALID_ENV,
@@ -185,8 +185,8 @@ def assert_same(got, want) -> None:
 
 
 def test_cases_cover_every_tool():
-    assert {name for name, _, _ in CASES} == set(S.TOOL_BY_NAME)
-    assert {name for name, _ in F.VALID_CALLS} == set(S.TOOL_BY_NAME)
+    assert {name for name, _, _ in CASES} == set(SC.TOOL_BY_NAME)
+    assert {name for name, _ in F.VALID_CALLS} == set(SC.TOOL_BY_NAME)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -366,7 +366,7 @@ def test_malformed(fmt, payload, why, codec):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_two_answers_and_empty_turn(fmt, codec):
-    two = format_turn(fmt, "", [(S.SUBMIT_ANSWER, {"answer": {"env": "CART"}})], {"env": "CART"})
+    two = format_turn(fmt, "", [(SC.SUBMIT_ANSWER, {"answer": {"env": "CART"}})], {"env": "CART"})
     action, info = parse_turn(two, codec, fmt)
     assert bool(action.malformed) and "two answers" in info["malformed"]
     # The empty turn is the device's check: nothing to flag in the text.
@@ -376,7 +376,7 @@ def test_two_answers_and_empty_turn(fmt, codec):
         assert F.device_kind(action) == HF.MALFORMED_ACTION
     if fmt in ("openai", "json"):
         both = format_turn(fmt, "", answer={"env": "CART"}, answer_as="key")
-        both = {**both, "tool_calls": [{"name": S.SUBMIT_ANSWER, "arguments": {"answer": {}}}]}
+        both = {**both, "tool_calls": [{"name": SC.SUBMIT_ANSWER, "arguments": {"answer": {}}}]}
         if fmt == "openai":
             both["tool_calls"] = [
                 {"id": "x", "type": "function", "function": both["tool_calls"][0]}
@@ -563,7 +563,7 @@ def test_invalid_answers(fmt, codec):
             assert F.device_kind(action, env) == HF.INVALID_ANSWER, ans
     # The submit_answer envelope itself: extra keys or a missing answer.
     for args in ({}, {"answer": {"env": "CART"}, "x": 1}):
-        action, info = parse_turn(format_turn(fmt, "", [(S.SUBMIT_ANSWER, args)]), codec, fmt)
+        action, info = parse_turn(format_turn(fmt, "", [(SC.SUBMIT_ANSWER, args)]), codec, fmt)
         assert F.device_kind(action) == HF.INVALID_ANSWER and info["answer_error"]
     # A valid answer for another env is the device's check.
     action, info = parse_turn(format_turn(fmt, "", answer={"env": "CART"}), codec, fmt)

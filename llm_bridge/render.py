@@ -28,7 +28,7 @@ from ecomjax.catalog.synthetic import product_card, product_desc
 from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge.ids import IdCodec
 from ecomjax.llm_bridge.templates import EPOCH, Lexicon, day_text, exact_text
-from ecomjax.orders import INELIGIBLE_NAMES, METHOD_NAMES, REASON_NAMES, OrderStatus
+from ecomjax.order_history import INELIGIBLE_NAMES, METHOD_NAMES, REASON_NAMES, OrderStatus
 from ecomjax.types import Action, ToolResults
 
 T = C.Tool
@@ -596,7 +596,7 @@ def _policy_query(tokens: np.ndarray) -> str:
     for t, row in enumerate(P.QUESTION_TOKENS):
         if [int(x) for x in row if x != -1] == toks:
             return P.TOPICS[t].question
-    words = [P.VOCAB[t] if t >= 0 else f"zzq{k}" for k, t in enumerate(toks)]
+    words = [P.QUESTION_WORDS[t] if t >= 0 else f"zzq{k}" for k, t in enumerate(toks)]
     if not words:
         raise NotRenderable("an empty policy query")
     return " ".join(words)

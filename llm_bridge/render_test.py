@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from ecomjax import constants as C
 from ecomjax import policy_rules as P
-from ecomjax.llm_bridge import render as R
+from ecomjax.catalog.vocabulary import TAXONOMY, VOCAB
+from ecomjax.llm_bridge import render
 from ecomjax.llm_bridge import session as SS
 from ecomjax.llm_bridge.ids import IdCodec
 from ecomjax.llm_bridge.parse import FORMATS, empty_numpy_action, format_turn, parse_turn
@@ -116,10 +117,14 @@ def return_episode(text, request):
 def test_catalog_tools(return_episode):
     s, r1, r2, lamp, _ = return_episode
     cats, now, history, _, policy, search, search5, cart, ask = r1
-    assert len(cats) == len(C.TAXONOMY) and sum(c["count"] for c in cats) == 1000
-    assert {c["display_name"] for c in cats} == {t[2] for t in C.TAXONOMY}
+    assert len(cats) == len(TAXONOMY) and sum(c["count"] for c in cats) == 1000
+    assert {c["display_name"] for c in cats} == {t[2] for t in TAXONOMY}
     today = int(hidden(s).today)
-    assert now == {"date": R.day_text(today), "day_of_week": R.weekday(today), "time": "12:00:00"}
+    assert now == {
+        "date": render.day_text(today),
+        "day_of_week": render.weekday(today),
+        "time": "12:00:00",
+    }
     assert len(history) == 6 and all(set(c) == CARD_KEYS for c in history)
     assert search["top_k_applied"] == 20 and search["total_matches"] >= len(search["results"]) > 0
     assert all(set(c) == CARD_KEYS | {"score"} for c in search["results"])
@@ -255,12 +260,12 @@ def test_events_as_messages_or_store_notices(text):
 
 
 def test_system_message():
-    m = R.system_message(C.Env.CART, 40, 6, 3)
+    m = render.system_message(C.Env.CART, 40, 6, 3)
     assert m["role"] == "system"
     c = m["content"]
     assert "2025-02-10 (Monday)" in c and "at most 6 turns" in c and "at most 3 tool calls" in c
     assert "ask_user" in c and "Task (CART)" in c and '"required":["env"]' in c
-    hidden_env = R.system_message(None, -3, 4, 1, submit_tool=False)["content"]
+    hidden_env = render.system_message(None, -3, 4, 1, submit_tool=False)["content"]
     assert (
         "2024-12-29" in hidden_env
         and "Task" not in hidden_env
@@ -283,7 +288,7 @@ def actions(draw, cat, codec: IdCodec):
         arr["tool"][i] = t
         pid = draw(st.integers(0, cat.n_products - 1))
         if t == T.CATALOG_SEARCH:
-            c = draw(st.integers(0, len(C.TAXONOMY) - 1))
+            c = draw(st.integers(0, len(TAXONOMY) - 1))
             arr["has_query"][i] = True
             arr["query_emb"][i] = np.asarray(cat.cat_emb[c])
             arr["qty"][i] = draw(st.integers(1, 500))
@@ -294,7 +299,7 @@ def actions(draw, cat, codec: IdCodec):
             for j in draw(st.lists(st.integers(0, C.N_DISC_FILTERS - 1), max_size=3, unique=True)):
                 attr = C.DISC_FILTERS[j]
                 n = {C.Attr.CAT: 40, C.Attr.BRAND: 25, C.Attr.STORE: 14}.get(attr) or len(
-                    C.VOCAB[attr]
+                    VOCAB[attr]
                 )
                 arr["filter_disc"][i, j] = draw(st.integers(-2, n - 1).filter(lambda x: x != -1))
             for j in draw(st.lists(st.integers(0, C.N_NUM_FILTERS - 1), max_size=3, unique=True)):
@@ -406,7 +411,7 @@ def host_catalog(catalog):
 def test_action_text_round_trip(text, host_catalog, codec, data, fmt, answer_as):
     """parse(format(action_to_turn(a))) == a, bit for bit, for canonical actions."""
     a = data.draw(actions(host_catalog, codec))
-    message, calls, answer = R.action_to_turn(a, codec, text.lexicon)
+    message, calls, answer = render.action_to_turn(a, codec, text.lexicon)
     if answer_as == "key" and fmt not in ("openai", "json"):
         answer_as = "call"
     back, info = parse_turn(format_turn(fmt, message, calls, answer, answer_as), codec, fmt)
@@ -435,13 +440,13 @@ def test_action_to_turn_refuses_what_text_cannot_say(text, codec):
     a = empty_numpy_action()
     a.tool[0] = T.CATALOG_SEARCH
     a.query_emb[0] = 0.5
-    with pytest.raises(R.NotRenderable):
-        R.action_to_turn(a, codec, text.lexicon)
+    with pytest.raises(render.NotRenderable):
+        render.action_to_turn(a, codec, text.lexicon)
     a.tool[0] = T.CATALOG_RERANK
-    with pytest.raises(R.NotRenderable):
-        R.action_to_turn(a, codec, text.lexicon)
-    with pytest.raises(R.NotRenderable):
-        R.action_to_turn(
+    with pytest.raises(render.NotRenderable):
+        render.action_to_turn(a, codec, text.lexicon)
+    with pytest.raises(render.NotRenderable):
+        render.action_to_turn(
             empty_numpy_action().replace(malformed=np.asarray(True)), codec, text.lexicon
         )
 
@@ -453,10 +458,10 @@ def test_assistant_echo_normalises_the_answer_to_a_call():
         "answer": {"env": "CART"},
         "turn": 3,
     }
-    m = R.assistant_message(info, None)
+    m = render.assistant_message(info, None)
     assert m["content"] == "Done."
     assert [c["function"]["name"] for c in m["tool_calls"]] == ["cart_view", "submit_answer"]
     assert json.loads(m["tool_calls"][1]["function"]["arguments"]) == {"answer": {"env": "CART"}}
     assert m["tool_calls"][1]["id"] == "call_3_answer"
-    bad = R.assistant_message({"malformed": "x"}, "<tool_call>{")
+    bad = render.assistant_message({"malformed": "x"}, "<tool_call>{")
     assert bad == {"role": "assistant", "content": "<tool_call>{"}

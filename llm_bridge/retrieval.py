@@ -59,7 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ecomjax import constants as C
-from ecomjax import difficulty as DF
+from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
 from ecomjax.compact import first_true
 from ecomjax.exposure import oos_bitmap
@@ -154,7 +154,7 @@ def _caps(states: EpisodeState, actions: Action, params: EnvParams) -> jax.Array
     ``finish_slot`` reads too): at most this many true results can be shown (SPEC §5.1.3-4)."""
 
     def one(state: EpisodeState, action: Action) -> jax.Array:
-        diff = DF.difficulty(state.problem.d, params.overrides)
+        diff = D.difficulty(state.problem.d, params.overrides)
 
         def slot(qty: jax.Array) -> jax.Array:
             n, n_dist = search_counts(diff, qty)

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from ecomjax import constants as C
-from ecomjax.orders import METHOD_NAMES, REASON_NAMES, OrderStatus
+from ecomjax.order_history import METHOD_NAMES, REASON_NAMES, OrderStatus
 
 T = C.Tool
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")

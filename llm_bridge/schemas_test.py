@@ -10,7 +10,7 @@ import pytest
 
 from ecomjax import constants as C
 from ecomjax.llm_bridge import fuzz as F
-from ecomjax.llm_bridge import schemas as S
+from ecomjax.llm_bridge import schemas as SC
 
 try:
     import jsonschema
@@ -19,21 +19,21 @@ except ImportError:  # optional: the cross-checks below skip without it
 
 needs_jsonschema = pytest.mark.skipif(jsonschema is None, reason="jsonschema not installed")
 
-ALL = S.all_tools(with_submit=True)
+ALL = SC.all_tools(with_submit=True)
 
 
 def test_names_and_tool_set():
     names = [t["function"]["name"] for t in ALL]
-    assert all(S.NAME_RE.match(n) for n in names)
+    assert all(SC.NAME_RE.match(n) for n in names)
     assert len(set(names)) == len(names) == 20
     assert set(names[:-1]) == {C.TOOL_NAMES[t] for t in C.Tool if t != C.Tool.NONE}
-    assert names[-1] == S.SUBMIT_ANSWER
+    assert names[-1] == SC.SUBMIT_ANSWER
     assert all(t["type"] == "function" and t["function"]["description"] for t in ALL)
 
 
 def test_every_object_is_closed():
-    roots = [*ALL, *S.ANSWER_SCHEMAS.values(), S.answer_schema()]
-    objects = [o for r in roots for o in S.iter_object_schemas(r)]
+    roots = [*ALL, *SC.ANSWER_SCHEMAS.values(), SC.answer_schema()]
+    objects = [o for r in roots for o in SC.iter_object_schemas(r)]
     assert len(objects) > 40
     for o in objects:
         assert o.get("additionalProperties") is False, o
@@ -41,7 +41,7 @@ def test_every_object_is_closed():
 
 
 def test_table_matches_spec():
-    p = {C.TOOL_NAMES[t]: S.PARAMS[t] for t in S.PARAMS}
+    p = {C.TOOL_NAMES[t]: SC.PARAMS[t] for t in SC.PARAMS}
     assert p["catalog_search"]["required"] == ["query"]
     assert p["return_exchange"]["required"] == [
         "order_id",
@@ -73,8 +73,8 @@ def test_table_matches_spec():
     assert p["cart_add"]["properties"]["variant_id"]["type"] == ["string", "null"]
     assert p["policy_search"]["properties"]["top_k"]["default"] == 3
     assert p["order_list"]["properties"]["days"]["default"] == 90
-    assert set(S.ANSWER_SCHEMAS) == set(C.ENV_NAMES)
-    assert S.ANSWER_SCHEMAS["STATUS"]["properties"]["order_status"]["enum"] == [
+    assert set(SC.ANSWER_SCHEMAS) == set(C.ENV_NAMES)
+    assert SC.ANSWER_SCHEMAS["STATUS"]["properties"]["order_status"]["enum"] == [
         "CONFIRMED",
         "SHIPPED",
         "IN_TRANSIT",
@@ -84,10 +84,10 @@ def test_table_matches_spec():
 
 
 def test_defaults_satisfy_their_schema():
-    for t in S.PARAMS:
-        for k, prop in S.PARAMS[t]["properties"].items():
+    for t in SC.PARAMS:
+        for k, prop in SC.PARAMS[t]["properties"].items():
             if "default" in prop:
-                assert S.check(prop["default"], prop) is None, (t, k)
+                assert SC.check(prop["default"], prop) is None, (t, k)
 
 
 GOOD = [
@@ -122,27 +122,29 @@ BAD = [
 
 
 def _params(name: str) -> dict:
-    return S.PARAMS[S.TOOL_BY_NAME[name]]
+    return SC.PARAMS[SC.TOOL_BY_NAME[name]]
 
 
 def test_check_good_and_bad():
     for name, args in GOOD:
-        assert S.check(args, _params(name)) is None, (name, args)
+        assert SC.check(args, _params(name)) is None, (name, args)
     for name, args, kind in BAD:
-        err = S.check(args, _params(name))
+        err = SC.check(args, _params(name))
         assert err is not None and err.startswith(kind), (name, args, err)
 
 
 def test_check_answers():
     for ans in F.VALID_ANSWERS:
-        assert S.check(ans, S.ANSWER_SCHEMAS[ans["env"]]) is None
-        assert S.check(ans, S.answer_schema()) is None
-        assert S.check({"answer": ans}, S.submit_answer_schema()["function"]["parameters"]) is None
-    assert S.check({"env": "PD"}, S.ANSWER_SCHEMAS["PD"]).startswith("missing")
-    assert S.check({"env": "CART", "x": 1}, S.answer_schema()) is not None
+        assert SC.check(ans, SC.ANSWER_SCHEMAS[ans["env"]]) is None
+        assert SC.check(ans, SC.answer_schema()) is None
+        assert (
+            SC.check({"answer": ans}, SC.submit_answer_schema()["function"]["parameters"]) is None
+        )
+    assert SC.check({"env": "PD"}, SC.ANSWER_SCHEMAS["PD"]).startswith("missing")
+    assert SC.check({"env": "CART", "x": 1}, SC.answer_schema()) is not None
     bad_entry = {"env": "JOURNEY", "subgoal_answers": [{"env": "CART", "done": True}]}
-    assert S.check(bad_entry, S.ANSWER_SCHEMAS["JOURNEY"]) is not None
-    assert S.check({"env": "JOURNEY", "subgoal_answers": [None]}, S.answer_schema()) is None
+    assert SC.check(bad_entry, SC.ANSWER_SCHEMAS["JOURNEY"]) is not None
+    assert SC.check({"env": "JOURNEY", "subgoal_answers": [None]}, SC.answer_schema()) is None
 
 
 def test_check_depth_is_bounded():
@@ -150,16 +152,16 @@ def test_check_depth_is_bounded():
     for _ in range(10_000):
         deep = [deep]
     schema = {"type": "array", "items": {"type": "array", "items": {}}}
-    assert S.check(deep, schema) is None  # the schema stops looking after two levels
+    assert SC.check(deep, schema) is None  # the schema stops looking after two levels
     nested = {"env": "JOURNEY", "subgoal_answers": [deep]}
-    assert S.check(nested, S.ANSWER_SCHEMAS["JOURNEY"]) is not None
+    assert SC.check(nested, SC.ANSWER_SCHEMAS["JOURNEY"]) is not None
 
 
 @needs_jsonschema
 def test_schemas_are_valid_json_schema():
     for t in ALL:
         jsonschema.Draft202012Validator.check_schema(t["function"]["parameters"])
-    for s in S.ANSWER_SCHEMAS.values():
+    for s in SC.ANSWER_SCHEMAS.values():
         jsonschema.Draft202012Validator.check_schema(s)
 
 
@@ -171,7 +173,7 @@ def test_jsonschema_agrees_on_hand_cases():
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(args, _params(name), cls=jsonschema.Draft202012Validator)
     for ans in F.VALID_ANSWERS:
-        jsonschema.validate(ans, S.answer_schema(), cls=jsonschema.Draft202012Validator)
+        jsonschema.validate(ans, SC.answer_schema(), cls=jsonschema.Draft202012Validator)
 
 
 @needs_jsonschema
@@ -183,11 +185,11 @@ def test_jsonschema_agrees_on_mutations():
         args, _, _ = F.mutate_args(rng, name, args)
         args = json.loads(json.dumps(args))
         schema = _params(name)
-        ours = S.check(args, schema) is None
+        ours = SC.check(args, schema) is None
         theirs = jsonschema.Draft202012Validator(schema).is_valid(args)
         assert ours == theirs, (name, args)
     for _ in range(1000):
         ans, _ = F.mutate_answer(rng, rng.choice(F.VALID_ANSWERS))
-        ours = S.check(ans, S.answer_schema()) is None
-        theirs = jsonschema.Draft202012Validator(S.answer_schema()).is_valid(ans)
+        ours = SC.check(ans, SC.answer_schema()) is None
+        theirs = jsonschema.Draft202012Validator(SC.answer_schema()).is_valid(ans)
         assert ours == theirs, ans

@@ -17,19 +17,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from ecomjax import constants as C
-from ecomjax import curriculum as CU
+from ecomjax import curriculum as cur
 
 _DRAW_KEY = 0x5EED  # the stream of d draws; the seed picks the position in it
 
 
 @jax.jit
-def _draw(state: CU.CurriculumState, task: jax.Array, seed: jax.Array) -> jax.Array:
-    return CU.sample(jax.random.key(_DRAW_KEY), state, task, seed, CU.CurriculumConfig())
+def _draw(state: cur.CurriculumState, task: jax.Array, seed: jax.Array) -> jax.Array:
+    return cur.sample(jax.random.key(_DRAW_KEY), state, task, seed, cur.CurriculumConfig())
 
 
 @jax.jit
-def _record(state: CU.CurriculumState, task, d, correct) -> CU.CurriculumState:
-    return CU.update(state, task[None], d[None], correct[None], None, CU.CurriculumConfig())
+def _record(state: cur.CurriculumState, task, d, correct) -> cur.CurriculumState:
+    return cur.update(state, task[None], d[None], correct[None], None, cur.CurriculumConfig())
 
 
 class ServedCurriculum:
@@ -37,7 +37,7 @@ class ServedCurriculum:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._state = CU.init(len(C.ENV_NAMES))
+        self._state = cur.init(len(C.ENV_NAMES))
         self.counted = 0
 
     def draw(self, family: str, seed: int) -> int:
@@ -57,7 +57,7 @@ class ServedCurriculum:
         """Per family: the sampling window [lo, hi] and the frontier counters (a of b)."""
         with self._lock:
             s = jax.tree_util.tree_map(np.asarray, self._state)
-        lo, hi = CU.window(s, CU.CurriculumConfig())
+        lo, hi = cur.window(s, cur.CurriculumConfig())
         return {
             name: {"lo": int(lo[i]), "hi": int(hi[i]), "a": int(s.a[i]), "b": int(s.b[i])}
             for i, name in enumerate(C.ENV_NAMES)

@@ -41,7 +41,7 @@ from ecomjax.llm_bridge.served_curriculum import ServedCurriculum
 from ecomjax.llm_bridge.session import FAST_COMPILE, CatalogText, Session
 from ecomjax.llm_bridge.templates import PRIORITY_WORDS, day_text
 from ecomjax.llm_bridge.warmup import Warmup
-from ecomjax.orders import METHOD_NAMES, REASON_NAMES, OrderStatus
+from ecomjax.order_history import METHOD_NAMES, REASON_NAMES, OrderStatus
 from ecomjax.registry import FAMILIES, resolve_tasks
 from ecomjax.types import EnvParams
 

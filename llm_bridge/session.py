@@ -32,7 +32,7 @@ from ecomjax.catalog.types import Catalog, CatalogTables
 from ecomjax.core import reset as core_reset
 from ecomjax.core import step as core_step
 from ecomjax.llm_bridge import schemas as SC
-from ecomjax.llm_bridge import templates as TM
+from ecomjax.llm_bridge import templates
 from ecomjax.llm_bridge.ids import CatalogIds, IdCodec
 from ecomjax.llm_bridge.noise import add_noise, key_rng
 from ecomjax.llm_bridge.parse import EmbedFn, format_turn, parse_turn
@@ -133,7 +133,7 @@ class CatalogText:
     catalog: Catalog = field(repr=False)
     tables: CatalogTables = field(repr=False)
     ids: CatalogIds = field(repr=False)
-    lexicon: TM.Lexicon = field(repr=False)
+    lexicon: templates.Lexicon = field(repr=False)
 
     @classmethod
     def build(cls, catalog: Catalog, tables: CatalogTables | None = None) -> CatalogText:
@@ -142,7 +142,7 @@ class CatalogText:
             catalog,
             tables,
             CatalogIds.from_catalog(catalog, tables),
-            TM.Lexicon.from_catalog(catalog, tables),
+            templates.Lexicon.from_catalog(catalog, tables),
         )
 
 
@@ -153,13 +153,13 @@ def _as_text(catalog: Catalog | CatalogText, tables: CatalogTables | None) -> Ca
 # --- user acts as knowable records ------------------------------------------------------------
 
 
-def act_record(act: Any, ep: TM.EpisodeText) -> dict:
+def act_record(act: Any, ep: templates.EpisodeText) -> dict:
     """A UserAct as JSON-friendly knowable content: act names, stated slot values (codes as
     the customer would name them), items by description. No index of a product, order or
     line ever appears (SPEC §10.1)."""
     a = jax.tree_util.tree_map(np.asarray, act)
     lex = ep.lexicon
-    out: dict[str, Any] = {"acts": [TM.ACT_NAMES[k] for k in C.Act if a.acts[k]]}
+    out: dict[str, Any] = {"acts": [templates.ACT_NAMES[k] for k in C.Act if a.acts[k]]}
     out["user_caused"] = bool(a.user_caused)
     slots: dict[str, dict[str, Any]] = {}
     for row in range(C.MAX_SUBGOALS):
@@ -221,7 +221,7 @@ def act_record(act: Any, ep: TM.EpisodeText) -> dict:
     if cats:
         out["categories"] = cats
     facts = [
-        {"field": TM.P.FIELD_NAMES[int(f)], "value": float(v)}
+        {"field": templates.P.FIELD_NAMES[int(f)], "value": float(v)}
         for f, v in zip(a.fact_field, a.fact_value, strict=True)
         if int(f) >= 0
     ]
@@ -296,7 +296,7 @@ class Session:
         self.p_noise = float(p_noise) if self.noise else 0.0
         self.codec = IdCodec.from_problem(self.text.ids, problem)
         sub_envs = tuple(int(x) for x in np.asarray(problem.sub_env))
-        self.episode = TM.EpisodeText(self.text.lexicon, int(fam.env), sub_envs)
+        self.episode = templates.EpisodeText(self.text.lexicon, int(fam.env), sub_envs)
         self.results = ResultRenderer(self.text.lexicon, self.codec, synth_variants(problem))
         self.t_max = int(problem.t_max)
         obs = jax.device_get(ts.observation)
@@ -306,7 +306,7 @@ class Session:
         self.done = False
         self.user_acts: list[dict] = []
         self.acts: list[Any] = []  # host UserAct per user message (debug channel)
-        self.utterances: list[TM.Utterance] = []  # their noise-free renderings
+        self.utterances: list[templates.Utterance] = []  # their noise-free renderings
         env_shown = int(fam.env) if self.params.disclose_env_id else None
         self.messages = [
             system_message(env_shown, int(problem.today), self.t_max, self.b_tool, self.submit_tool)
@@ -403,7 +403,7 @@ class Session:
         idx = self.n_user
         self.n_user += 1
         rng = key_rng(self.key, "TEMPLATE", idx)
-        utt = TM.render_reply(act, self.episode, rng, mid_task=mid_task)
+        utt = templates.render_reply(act, self.episode, rng, mid_task=mid_task)
         self.utterances.append(utt)
         marked = utt.marked if self.verbaliser is None else self.verbaliser(utt, self.messages)
         text = add_noise(marked, self.p_noise, key_rng(self.key, "NOISE", idx))

@@ -26,7 +26,9 @@ from ecomjax.llm_bridge import session as SS
 from ecomjax.llm_bridge.noise import add_noise, key_rng, protected_spans
 from ecomjax.llm_bridge.parse import FORMATS, format_turn
 from ecomjax.llm_bridge.render import action_to_turn
+from ecomjax.llm_bridge.templates import day_text
 from ecomjax.llm_bridge.templates_test import expected_texts
+from ecomjax.order_history import METHOD_NAMES, REASON_NAMES
 from ecomjax.testing import tree_equal
 from ecomjax.types import EnvParams, empty_answer_fields, no_search
 
@@ -183,8 +185,8 @@ def script_return(text) -> list[Played]:
         call = {
             "order_id": s.codec.order_id(o),
             "line_id": s.codec.order_line_id(o, j),
-            "reason_code": SS.TM.REASON_NAMES[wrong],
-            "method": SS.TM.METHOD_NAMES[int(p.ret_method)],
+            "reason_code": REASON_NAMES[wrong],
+            "method": METHOD_NAMES[int(p.ret_method)],
         }
         run = Played("RETURN", s, [obs, say(s, "", [("return_initiate", call)])])
         acts = run.session.acts[-1].acts
@@ -253,7 +255,7 @@ def test_system_message_states_the_contract(oracle_runs):
         s = run.session
         sys_ = s.messages[0]["content"]
         p = hidden(s)
-        assert SS.TM.day_text(int(p.today)) in sys_
+        assert day_text(int(p.today)) in sys_
         assert f"at most {s.t_max} turns" in sys_ and f"at most {s.b_tool} tool calls" in sys_
         assert "ask_user" in sys_ and "never invent ids" in sys_ and "sees the cart" in sys_
         assert f"Task ({run.family})" in sys_ and '"enum":["' + run.family + '"]' in sys_

@@ -34,10 +34,11 @@ from ecomjax import constants as C
 from ecomjax import policy_rules as P
 from ecomjax.catalog.synthetic import describe
 from ecomjax.catalog.types import Catalog, CatalogTables
+from ecomjax.catalog.vocabulary import VOCAB
 from ecomjax.constraints import SLOT_ATTR
 from ecomjax.envs.bundle.generator import PROJECTS
 from ecomjax.llm_bridge.noise import PROTECT, QUIET, VALUE, strip_markers
-from ecomjax.orders import METHOD_NAMES, REASON_NAMES
+from ecomjax.order_history import METHOD_NAMES, REASON_NAMES
 
 S = C.Slot
 A = C.Attr
@@ -184,7 +185,7 @@ class Lexicon:
             return self.category(i)
         names = {A.BRAND: self.tables.brands, A.STORE: self.tables.stores}.get(attr)
         if names is None:
-            names = self.tables.vocab.get(int(attr)) or list(C.VOCAB.get(A(attr), ()))
+            names = self.tables.vocab.get(int(attr)) or list(VOCAB.get(A(attr), ()))
         if not 0 <= i < len(names):
             raise MissingSlot(f"unknown {C.ATTR_NAMES[attr]} code {code}")
         return str(names[i]).replace("_", " ")

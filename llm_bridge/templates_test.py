@@ -20,9 +20,10 @@ from hypothesis import strategies as st
 from ecomjax import constants as C
 from ecomjax import policy_rules as P
 from ecomjax.catalog.synthetic import describe, synthetic_tables
+from ecomjax.catalog.vocabulary import BRANDS, STORES, TAXONOMY, VARIANT_POOL_TEXT, VOCAB
 from ecomjax.constraints import SLOT_ATTR
 from ecomjax.envs.bundle.generator import PROJECT_CATS, PROJECTS
-from ecomjax.llm_bridge import templates as TM
+from ecomjax.llm_bridge import templates
 from ecomjax.llm_bridge.noise import MARKER_CHARS, PROTECT, QUIET, key_rng
 from ecomjax.types import UserAct, empty_user_act
 
@@ -35,18 +36,18 @@ CI = C.CartIssue
 RI = C.ReturnIssue
 BLANK = jax.tree_util.tree_map(np.asarray, empty_user_act())
 SUB_ENVS = (E.PD, E.SUB, E.CART, E.RETURN, E.STATUS, E.POLICY, E.BUNDLE)
-CONS = TM.CONSTRAINT_SLOTS
+CONS = templates.CONSTRAINT_SLOTS
 # Code ranges of the discrete constraint values (synthetic tables).
 DISC_RANGE = {
-    A.BRAND: len(C.BRANDS),
-    A.STORE: len(C.STORES),
-    **{a: len(C.VOCAB[a]) for a in C.DISC_ATTRS},
+    A.BRAND: len(BRANDS),
+    A.STORE: len(STORES),
+    **{a: len(VOCAB[a]) for a in C.DISC_ATTRS},
 }
 
 
 @pytest.fixture(scope="module")
-def lex(catalog) -> TM.Lexicon:
-    return TM.Lexicon.from_catalog(catalog, synthetic_tables())
+def lex(catalog) -> templates.Lexicon:
+    return templates.Lexicon.from_catalog(catalog, synthetic_tables())
 
 
 def blank() -> SimpleNamespace:
@@ -58,8 +59,10 @@ def to_act(a: SimpleNamespace) -> UserAct:
     return UserAct(**{k: np.asarray(v) for k, v in vars(a).items()})
 
 
-def render(a: SimpleNamespace, ep: TM.EpisodeText, r: np.random.Generator, **kw) -> TM.Utterance:
-    return TM.render_reply(to_act(a), ep, r, **kw)
+def render(
+    a: SimpleNamespace, ep: templates.EpisodeText, r: np.random.Generator, **kw
+) -> templates.Utterance:
+    return templates.render_reply(to_act(a), ep, r, **kw)
 
 
 def rng(seed: int = 0) -> np.random.Generator:
@@ -72,13 +75,13 @@ def rng(seed: int = 0) -> np.random.Generator:
 def value_text(slot: int, v: float, op: int) -> str:
     attr = int(SLOT_ATTR[slot])
     if attr == A.CAT:
-        return C.TAXONOMY[int(v)][2]
+        return TAXONOMY[int(v)][2]
     if attr == A.BRAND:
-        return C.BRANDS[int(v)]
+        return BRANDS[int(v)]
     if attr == A.STORE:
-        return C.STORES[int(v)]
-    if attr in C.VOCAB:
-        return C.VOCAB[attr][int(v)].replace("_", " ")
+        return STORES[int(v)]
+    if attr in VOCAB:
+        return VOCAB[attr][int(v)].replace("_", " ")
     return {
         A.PRICE: f"${v:.2f}",
         A.RATING: f"{v:.1f}",
@@ -87,7 +90,7 @@ def value_text(slot: int, v: float, op: int) -> str:
     }.get(attr, str(int(round(v))))
 
 
-def expected_texts(act, ep: TM.EpisodeText) -> list[str]:
+def expected_texts(act, ep: templates.EpisodeText) -> list[str]:
     """Every value the act states, as it must appear (SPEC §13.9, §13.10)."""
     a, lex = act, ep.lexicon
     out: list[str] = []
@@ -96,20 +99,20 @@ def expected_texts(act, ep: TM.EpisodeText) -> list[str]:
             if not a.slot_stated[row, s]:
                 continue
             v, op = float(a.slot_value[row, s]), int(a.slot_op[row, s])
-            if ep.row_env(row) == E.POLICY and s in TM.POLICY_FIELD_OF_SLOT:
-                out.append(P.phrase(TM.POLICY_FIELD_OF_SLOT[s], v))
+            if ep.row_env(row) == E.POLICY and s in templates.POLICY_FIELD_OF_SLOT:
+                out.append(P.phrase(templates.POLICY_FIELD_OF_SLOT[s], v))
             elif SLOT_ATTR[s] >= 0:
                 out.append(value_text(s, v, op))
             elif s == S.NUM_RESULTS:
                 out.append(str(int(v)))
             elif s == S.PRIORITY:
-                out.append(TM.PRIORITY_WORDS[int(v)])
+                out.append(templates.PRIORITY_WORDS[int(v)])
             elif s == S.REASON:
-                out.append(TM.REASON_PHRASES[TM.REASON_NAMES[int(v)]])
+                out.append(templates.REASON_PHRASES[templates.REASON_NAMES[int(v)]])
             elif s == S.RETURN_METHOD:
-                out.append(TM.METHOD_PHRASES[TM.METHOD_NAMES[int(v)]])
+                out.append(templates.METHOD_PHRASES[templates.METHOD_NAMES[int(v)]])
             elif s == S.PURCHASE_DATE:
-                out.append(TM.day_text(v))
+                out.append(templates.day_text(v))
             elif s == S.BUDGET:
                 out.append(f"${v:.2f}")
             elif s == S.TOPIC:
@@ -129,18 +132,18 @@ def expected_texts(act, ep: TM.EpisodeText) -> list[str]:
             out.append(str(qty))
         if int(a.item_var_attr[i]) >= 0:
             attr, v = int(a.item_var_attr[i]), float(a.item_var_value[i])
-            word = C.VOCAB[attr][int(v)].replace("_", " ") if attr in C.VOCAB else None
-            out.append(word or TM.exact_text(v))
+            word = VOCAB[attr][int(v)].replace("_", " ") if attr in VOCAB else None
+            out.append(word or templates.exact_text(v))
     for f, k, kind in zip(a.extra_form, a.extra_key, a.extra_kind, strict=True):
         if kind:
             out.append(lex.describe(int(f), int(k)))
-    out += [C.TAXONOMY[int(c)][2] for c in a.cats if c >= 0]
+    out += [TAXONOMY[int(c)][2] for c in a.cats if c >= 0]
     facts = zip(a.fact_field, a.fact_value, strict=True)
     out += [P.phrase(int(f), float(v)) for f, v in facts if f >= 0]
     return out
 
 
-def check_rendered(u: TM.Utterance, act, ep: TM.EpisodeText) -> None:
+def check_rendered(u: templates.Utterance, act, ep: templates.EpisodeText) -> None:
     text = u.text
     assert text and not set(text) & MARKER_CHARS
     assert not re.search(r"[{}]|\s[.,!?]|\s\s", text), text
@@ -153,7 +156,7 @@ def check_rendered(u: TM.Utterance, act, ep: TM.EpisodeText) -> None:
 # --- act builders (hypothesis) -----------------------------------------------------------------
 
 
-def product_ref(draw, lex: TM.Lexicon) -> tuple[int, int]:
+def product_ref(draw, lex: templates.Lexicon) -> tuple[int, int]:
     form = np.asarray(lex.catalog.desc_form)
     i = draw(st.integers(0, len(form) - 1).filter(lambda j: form[j] > 0))
     return int(form[i]), int(lex.catalog.desc_key[i, int(form[i]) - 1])
@@ -175,7 +178,7 @@ def state(a, row: int, slot: int, value: float, op: int = 0) -> None:
     a.slot_op[row, slot] = op
 
 
-def fill_row(draw, a, row: int, env: int, lex: TM.Lexicon, full: bool) -> None:
+def fill_row(draw, a, row: int, env: int, lex: templates.Lexicon, full: bool) -> None:
     """Stated slots of one sub-goal row: the critical ones always (``full``) and a drawn
     subset of the others."""
     maybe = (lambda: True) if full else (lambda: draw(st.booleans()))
@@ -243,7 +246,7 @@ def field_value(draw, f: int) -> float:
 VARIANT_ATTRS = (A.COLOR, A.SIZE, A.MATERIAL, A.CONNECTOR_TYPE, A.WATTAGE, A.SCREEN_SIZE_INCHES)
 
 
-def fill_items(draw, a, lex: TM.Lexicon, n: int, qty: bool = True, var: bool = True) -> None:
+def fill_items(draw, a, lex: templates.Lexicon, n: int, qty: bool = True, var: bool = True) -> None:
     for i in range(n):
         a.item_valid[i] = True
         a.item_desc_form[i], a.item_desc_key[i] = product_ref(draw, lex)
@@ -251,10 +254,10 @@ def fill_items(draw, a, lex: TM.Lexicon, n: int, qty: bool = True, var: bool = T
             a.item_qty[i] = draw(st.integers(1, 4))
         if var and draw(st.booleans()):
             attr = draw(st.sampled_from(VARIANT_ATTRS))
-            pool = C.VARIANT_POOL_TEXT[attr]
+            pool = VARIANT_POOL_TEXT[attr]
             v = draw(st.sampled_from(range(len(pool))))
             a.item_var_attr[i] = attr
-            a.item_var_value[i] = C.VOCAB[attr].index(pool[v]) if attr in C.VOCAB else pool[v]
+            a.item_var_value[i] = VOCAB[attr].index(pool[v]) if attr in VOCAB else pool[v]
         elif var and draw(st.booleans()):
             a.item_var_nopref[i] = True
 
@@ -299,7 +302,11 @@ def test_opening_states_exactly_its_values(lex, data, env, journey):
     if journey:
         a.n_subgoals = data.draw(st.integers(2, 5))
     others = [e for e in SUB_ENVS if e != env][:4]
-    ep = TM.EpisodeText(lex, E.JOURNEY, (env, *others)) if journey else TM.EpisodeText(lex, env)
+    ep = (
+        templates.EpisodeText(lex, E.JOURNEY, (env, *others))
+        if journey
+        else templates.EpisodeText(lex, env)
+    )
     u = render(a, ep, rng(data.draw(st.integers(0, 99))))
     check_rendered(u, a, ep)
     if journey:
@@ -328,14 +335,14 @@ def test_clarify_answers_every_requested_slot(lex, data, env, row):
         a.slot_status[:] = np.where(a.slot_status == CS.VALUE, CS.NOT_MINE, a.slot_status)
     if not a.slot_status.any():
         a.slot_status[S.TOPIC if env == E.POLICY else applicable[0]] = CS.NOT_UNDERSTOOD
-    ep = TM.EpisodeText(lex, ep_env, subs)
+    ep = templates.EpisodeText(lex, ep_env, subs)
     u = render(a, ep, rng(row))
     check_rendered(u, a, ep)
     text = u.text
     for s in S:
         st_ = int(a.slot_status[s])
         if st_ in (CS.NO_PREFERENCE, CS.NOT_UNDERSTOOD):
-            assert TM.SLOT_LABELS[s] in text
+            assert templates.SLOT_LABELS[s] in text
         if st_ == CS.NOT_MINE:
             assert "That is not one of my items." in text
     # CLARIFY values are protected: every expected value lies in a PROTECT span.
@@ -375,7 +382,7 @@ def test_cart_update_confirm_correct(lex, data):
             a.extra_form[k], a.extra_key[k] = product_ref(data.draw, lex)
             a.extra_kind[k] = data.draw(st.integers(1, 2))
         a.acts[ACT.CORRECT] = True
-    ep = TM.EpisodeText(lex, E.CART)
+    ep = templates.EpisodeText(lex, E.CART)
     u = render(a, ep, rng(1))
     check_rendered(u, a, ep)
     for i in range(n):
@@ -402,7 +409,7 @@ def test_reply_acts_come_in_spec_order(lex):
     for k in (ACT.INFORM_UPDATE, ACT.CLARIFY, ACT.CONFIRM, ACT.CORRECT, ACT.DONE):
         a.acts[k] = True
     a.slot_status[S.BUDGET] = CS.NOT_UNDERSTOOD
-    text = render(a, TM.EpisodeText(lex, E.CART), rng(0)).text
+    text = render(a, templates.EpisodeText(lex, E.CART), rng(0)).text
     marks = ["just sold out", "not sure what you mean", "that return is exactly", "I only need"]
     pos = [text.find(m) for m in marks]
     assert -1 not in pos and pos == sorted(pos), text
@@ -444,7 +451,7 @@ def test_return_confirm_and_correct(lex, data, journey):
         elif k == RI.REPLACEMENT_MISSING:
             state(a, row, S.REPLACEMENT, 1.0)
             state(a, row, S.CATEGORY, data.draw(st.integers(0, 39)))
-    ep = TM.EpisodeText(lex, ep_env, subs)
+    ep = templates.EpisodeText(lex, ep_env, subs)
     u = render(a, ep, rng(2))
     check_rendered(u, a, ep)
     if RI.WRONG_LINE in issues:
@@ -464,7 +471,7 @@ def test_switch_introduces_or_resumes_a_subgoal(lex, data, env, row, intro, mid)
         a.acts[ACT.CLARIFY] = True  # a CLARIFY about the old sub-goal in the same reply
         a.subgoal = 0
         a.slot_status[APPLICABLE[subs[0]][0]] = CS.NO_PREFERENCE
-    ep = TM.EpisodeText(lex, ep_env, subs)
+    ep = templates.EpisodeText(lex, ep_env, subs)
     u = render(a, ep, rng(3), mid_task=mid)
     check_rendered(u, a, ep)
     lead = ("Actually, before that:",) if intro and mid else ("Next:", "Next, one more thing:")
@@ -480,7 +487,7 @@ def test_done_ack_quit_are_fixed_and_quiet(lex, env, act):
     a.acts[act] = True
     texts = set()
     for seed in range(8):
-        u = render(a, TM.EpisodeText(lex, env, tuple(SUB_ENVS[:5])), rng(seed))
+        u = render(a, templates.EpisodeText(lex, env, tuple(SUB_ENVS[:5])), rng(seed))
         assert u.marked.startswith(QUIET[0]) and u.marked.endswith(QUIET[1])
         texts.add(u.text)
     if act == ACT.ACK:
@@ -499,7 +506,7 @@ def pd_opening(lex, **extra) -> tuple:
     state(a, 0, S.NUM_RESULTS, 3)
     for s, v in extra.items():
         state(a, 0, S[s.upper()], *v)
-    return a, TM.EpisodeText(lex, E.PD)
+    return a, templates.EpisodeText(lex, E.PD)
 
 
 def test_omitted_slot_drops_its_whole_phrase(lex):
@@ -541,7 +548,7 @@ def test_canonical_pd_opening(lex):
 )
 def test_missing_required_slot_raises(lex, case):
     a = blank()
-    ep = TM.EpisodeText(lex, E.PD)
+    ep = templates.EpisodeText(lex, E.PD)
     if case == "pd_without_category":
         a, ep = pd_opening(lex)
         a.slot_stated[0, S.CATEGORY] = False
@@ -549,11 +556,11 @@ def test_missing_required_slot_raises(lex, case):
         a.acts[ACT.INFORM] = True
         state(a, 0, S.CATEGORY, 1)
         state(a, 0, S.NUM_RESULTS, 3)
-        ep = TM.EpisodeText(lex, E.SUB)
+        ep = templates.EpisodeText(lex, E.SUB)
     elif case == "status_without_reference":
         a.acts[ACT.INFORM] = True
         state(a, 0, S.ORDER_REFERENCE, -1)
-        ep = TM.EpisodeText(lex, E.STATUS)
+        ep = templates.EpisodeText(lex, E.STATUS)
     elif case in ("qty_low_without_qty", "wrong_variant_without_variant", "update_without_qty"):
         a.item_valid[0] = True
         a.item_desc_form[0], a.item_desc_key[0] = (
@@ -567,27 +574,27 @@ def test_missing_required_slot_raises(lex, case):
         else:
             a.acts[ACT.CORRECT] = True
             a.item_issue[0] = CI.QTY_LOW if case == "qty_low_without_qty" else CI.WRONG_VARIANT
-        ep = TM.EpisodeText(lex, E.CART)
+        ep = templates.EpisodeText(lex, E.CART)
     elif case == "confirm_nothing":
         a.acts[ACT.CONFIRM] = True
     elif case == "switch_without_env":
         a.acts[ACT.SWITCH] = True
-        ep = TM.EpisodeText(lex, E.JOURNEY, SUB_ENVS[:3])
+        ep = templates.EpisodeText(lex, E.JOURNEY, SUB_ENVS[:3])
     elif case == "journey_without_count":
         a.acts[ACT.INFORM] = True
         state(a, 0, S.ORDER_REFERENCE, 2)
-        ep = TM.EpisodeText(lex, E.JOURNEY, (E.STATUS, E.PD))
+        ep = templates.EpisodeText(lex, E.JOURNEY, (E.STATUS, E.PD))
     elif case == "unknown_description":
         a.acts[ACT.INFORM] = True
         a.item_valid[0] = True
         a.item_desc_form[0], a.item_desc_key[0] = 1, 10**8
-        ep = TM.EpisodeText(lex, E.CART)
+        ep = templates.EpisodeText(lex, E.CART)
     elif case == "clarify_unknown_template":
         a.acts[ACT.CLARIFY] = True
         state(a, 0, S.VARIANT, 1)
         a.slot_status[S.VARIANT] = CS.VALUE
-        ep = TM.EpisodeText(lex, E.STATUS)
-    with pytest.raises(TM.MissingSlot):
+        ep = templates.EpisodeText(lex, E.STATUS)
+    with pytest.raises(templates.MissingSlot):
         render(a, ep, rng(0))
 
 
@@ -597,7 +604,7 @@ def test_variants_change_wording_not_values(lex, data, env):
     a = blank()
     a.acts[ACT.INFORM] = True
     fill_row(data.draw, a, 0, env, lex, full=True)
-    ep = TM.EpisodeText(lex, env)
+    ep = templates.EpisodeText(lex, env)
     outs = [render(a, ep, rng(s)) for s in range(12)]
     assert len({sorted(u.values).__repr__() for u in outs}) == 1
     assert render(a, ep, rng(5)).marked == outs[5].marked  # same draw, same text
@@ -625,6 +632,6 @@ def test_descriptions_never_use_indices(lex):
 
 
 def test_normalise_whitespace_and_punctuation():
-    assert TM.normalise("  a  b .  c ,d ") == "a b. c,d"
+    assert templates.normalise("  a  b .  c ,d ") == "a b. c,d"
     m = f"x {PROTECT[0]}y{PROTECT[1]} ."
-    assert TM.normalise(m) == f"x {PROTECT[0]}y{PROTECT[1]}."
+    assert templates.normalise(m) == f"x {PROTECT[0]}y{PROTECT[1]}."

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ecomjax import curriculum as C
+from ecomjax import curriculum as cur
 from ecomjax.constants import D_MAX
 
 N_TASKS = 8
@@ -29,7 +29,7 @@ MAX_BATCHES = 16  # streams of up to 2048 episodes
 class Ref:
     """One task's (l, h, a, b) per list slot; plain ints, one episode at a time."""
 
-    def __init__(self, cfg: C.CurriculumConfig, l, h, a, b) -> None:  # noqa: E741
+    def __init__(self, cfg: cur.CurriculumConfig, l, h, a, b) -> None:  # noqa: E741
         self.cfg = cfg
         self.l, self.h, self.a, self.b = list(l), list(h), list(a), list(b)
 
@@ -70,32 +70,32 @@ class Ref:
         return self.l, self.h, self.a, self.b
 
 
-def _as_lists(s: C.CurriculumState) -> tuple[list[int], ...]:
+def _as_lists(s: cur.CurriculumState) -> tuple[list[int], ...]:
     return tuple(np.asarray(x).tolist() for x in (s.l, s.h, s.a, s.b))
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "mode"))
 def _update(state, task, d, ok, mask, cfg, mode):
-    return C.update(state, task, d, ok, mask, cfg, mode=mode)
+    return cur.update(state, task, d, ok, mask, cfg, mode=mode)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
 def _sample(key, state, task, ep, cfg):
-    return C.sample(key, state, task, ep, cfg)
+    return cur.sample(key, state, task, ep, cfg)
 
 
 # Spec conventions plus small-threshold variants that move quickly enough for short
 # streams to reach the cap, hit exact a/b == tau_acc ties and exercise the window slide.
 CONFIGS = {
-    "default": C.CurriculumConfig.default(),
-    "rlve": C.CurriculumConfig.rlve(),
-    "default_fast": C.CurriculumConfig(tau_num=4, tau_acc=0.75, d_delta=2, d_max=7),
-    "rlve_fast": C.CurriculumConfig(convention="rlve", tau_num=5, tau_acc=0.8, d_max=9),
-    "default_tie": C.CurriculumConfig(tau_num=10, tau_acc=0.9, d_delta=4, d_max=D_MAX),
+    "default": cur.CurriculumConfig.default(),
+    "rlve": cur.CurriculumConfig.rlve(),
+    "default_fast": cur.CurriculumConfig(tau_num=4, tau_acc=0.75, d_delta=2, d_max=7),
+    "rlve_fast": cur.CurriculumConfig(convention="rlve", tau_num=5, tau_acc=0.8, d_max=9),
+    "default_tie": cur.CurriculumConfig(tau_num=10, tau_acc=0.9, d_delta=4, d_max=D_MAX),
 }
 
 
-def _width_cap(cfg: C.CurriculumConfig) -> int:
+def _width_cap(cfg: cur.CurriculumConfig) -> int:
     return cfg.window if cfg.convention == "rlve" else cfg.d_delta + 1
 
 
@@ -114,7 +114,7 @@ def _pad(eps: list[tuple[int, int, bool]], rng: np.random.Generator):
             jnp.asarray(mask))  # fmt: skip
 
 
-def _random_state(cfg: C.CurriculumConfig, rng: np.random.Generator) -> tuple[list[int], ...]:
+def _random_state(cfg: cur.CurriculumConfig, rng: np.random.Generator) -> tuple[list[int], ...]:
     """A reachable state: h anywhere, l per convention, counters below tau_num."""
     h = rng.integers(0, cfg.d_max + 1, size=N_TASKS)
     if cfg.convention == "rlve":
@@ -132,7 +132,7 @@ def _run_and_compare(cfg_name: str, mode: str, seed: int, n_batches: int, random
     zeros = tuple([0] * N_TASKS for _ in range(4))
     init = _random_state(cfg, rng) if random_start else zeros
     ref = Ref(cfg, *init)
-    state = C.CurriculumState(*(jnp.asarray(x, jnp.int32) for x in init))
+    state = cur.CurriculumState(*(jnp.asarray(x, jnp.int32) for x in init))
     n_active = int(rng.integers(1, N_TASKS + 1))
     active = rng.choice(N_TASKS, size=n_active, replace=False)
     p_task = rng.choice([0.0, 0.5, 0.85, 0.9, 0.95, 1.0], size=N_TASKS)
@@ -156,7 +156,7 @@ def _run_and_compare(cfg_name: str, mode: str, seed: int, n_batches: int, random
         got = _as_lists(state)
         assert got == ref.state(), (cfg_name, mode, got, ref.state())
         # invariant 12 properties
-        lo_, hi_ = (np.asarray(x) for x in C.window(state, cfg))
+        lo_, hi_ = (np.asarray(x) for x in cur.window(state, cfg))
         h = np.asarray(state.h)
         assert (h >= np.asarray(prev_h)).all(), "h decreased"
         assert (h <= cfg.d_max).all() and (lo_ >= 0).all() and (lo_ <= hi_).all()
@@ -183,9 +183,9 @@ def test_matches_scalar_reference(cfg_name, mode, seed, n_batches, random_start)
     _run_and_compare(cfg_name, mode, seed, n_batches, random_start)
 
 
-def _drive(cfg: C.CurriculumConfig, mode: str, correct: bool, n_batches: int):
+def _drive(cfg: cur.CurriculumConfig, mode: str, correct: bool, n_batches: int):
     """Feed one task frontier-only episodes (d = h at batch start)."""
-    state = C.init(N_TASKS)
+    state = cur.init(N_TASKS)
     hs = []
     for _ in range(n_batches):
         h = int(state.h[0])
@@ -205,7 +205,7 @@ def test_always_correct_climbs_to_d_max(cfg_name, mode):
     state, hs = _drive(cfg, mode, True, cfg.d_max + 3)
     assert hs == [min(i + 1, cfg.d_max) for i in range(cfg.d_max + 3)]
     assert int(state.h[0]) == cfg.d_max
-    lo, hi = C.window(state, cfg)
+    lo, hi = cur.window(state, cfg)
     assert int(hi[0]) == cfg.d_max
     assert int(lo[0]) == cfg.d_max - (_width_cap(cfg) - 1)
     assert int(state.l[0]) == int(lo[0])
@@ -227,7 +227,7 @@ def test_never_correct_stays_at_zero(cfg_name, mode):
 
 def test_batch_mode_carries_counters_below_tau_num():
     cfg = CONFIGS["rlve"]  # tau_num 128
-    state = C.init(N_TASKS)
+    state = cur.init(N_TASKS)
     n = 100
     task = jnp.zeros(BATCH, jnp.int32)
     d = jnp.zeros(BATCH, jnp.int32)
@@ -247,7 +247,7 @@ def test_tie_at_tau_acc_passes():
         ok = jnp.asarray([True] * 9 + [False] + [True] * (BATCH - 10))
         mask = jnp.arange(BATCH) < 10
         z = jnp.zeros(BATCH, jnp.int32)
-        state = _update(C.init(N_TASKS), z, z, ok, mask, cfg=cfg, mode=mode)
+        state = _update(cur.init(N_TASKS), z, z, ok, mask, cfg=cfg, mode=mode)
         assert int(state.h[0]) == 1, mode
 
 
@@ -256,7 +256,7 @@ def test_padding_inert(mode):
     cfg = CONFIGS["default_fast"]
     rng = np.random.default_rng(7)
     init = _random_state(cfg, rng)
-    state = C.CurriculumState(*(jnp.asarray(x, jnp.int32) for x in init))
+    state = cur.CurriculumState(*(jnp.asarray(x, jnp.int32) for x in init))
     ref = Ref(cfg, *init)
     eps = []
     for _ in range(60):
@@ -269,29 +269,29 @@ def test_padding_inert(mode):
         outs.append(_as_lists(_update(state, *args, cfg=cfg, mode=mode)))
     # and the unpadded, mask-free call on exactly the real episodes
     t, d, ok = (jnp.asarray(x) for x in zip(*eps, strict=True))
-    outs.append(_as_lists(C.update(state, t, d, ok, None, cfg, mode=mode)))
+    outs.append(_as_lists(cur.update(state, t, d, ok, None, cfg, mode=mode)))
     getattr(ref, mode)(eps)
     assert all(o == ref.state() for o in outs)
 
 
 def test_update_rejects_unknown_mode():
-    s = C.init(2)
+    s = cur.init(2)
     z = jnp.zeros(3, jnp.int32)
     with pytest.raises(ValueError):
-        C.update(s, z, z, z.astype(bool), None, C.CurriculumConfig.default(), mode="epoch")
+        cur.update(s, z, z, z.astype(bool), None, cur.CurriculumConfig.default(), mode="epoch")
 
 
 def test_config():
-    d, r = C.CurriculumConfig.default(), C.CurriculumConfig.rlve()
+    d, r = cur.CurriculumConfig.default(), cur.CurriculumConfig.rlve()
     assert (d.convention, d.tau_acc, d.tau_num, d.d_delta, d.d_max) == ("default", 0.9, 32, 4, 20)
     assert (r.convention, r.tau_acc, r.tau_num, r.window, r.d_max) == ("rlve", 0.9, 128, 4, 20)
-    assert C.CurriculumConfig(convention="rlve") == r  # tau_num follows the convention
-    assert C.CurriculumConfig() == d
-    assert len({d, r, C.CurriculumConfig.default()}) == 2  # hashable
+    assert cur.CurriculumConfig(convention="rlve") == r  # tau_num follows the convention
+    assert cur.CurriculumConfig() == d
+    assert len({d, r, cur.CurriculumConfig.default()}) == 2  # hashable
     with pytest.raises(ValueError):
-        C.CurriculumConfig(convention="paper")
+        cur.CurriculumConfig(convention="paper")
     with pytest.raises(ValueError):
-        C.CurriculumConfig(tau_num=0)
+        cur.CurriculumConfig(tau_num=0)
 
 
 # --- sample ------------------------------------------------------------------------------
@@ -303,12 +303,12 @@ def test_sample_within_window_and_deterministic(cfg_name):
     rng = np.random.default_rng(3)
     key = jax.random.key(11)
     for _ in range(5):
-        state = C.CurriculumState(*(jnp.asarray(x, jnp.int32) for x in _random_state(cfg, rng)))
+        state = cur.CurriculumState(*(jnp.asarray(x, jnp.int32) for x in _random_state(cfg, rng)))
         task = jnp.asarray(rng.integers(0, N_TASKS, size=BATCH), jnp.int32)
         ep = jnp.asarray(rng.permutation(10_000)[:BATCH], jnp.int32)
         d = _sample(key, state, task, ep, cfg=cfg)
         assert d.dtype == jnp.int32 and d.shape == (BATCH,)
-        lo, hi = (np.asarray(x)[np.asarray(task)] for x in C.window(state, cfg))
+        lo, hi = (np.asarray(x)[np.asarray(task)] for x in cur.window(state, cfg))
         assert ((np.asarray(d) >= lo) & (np.asarray(d) <= hi)).all()
         np.testing.assert_array_equal(d, _sample(key, state, task, ep, cfg=cfg))
         # keyed by episode index, not batch position: a permuted batch permutes the draws
@@ -324,23 +324,23 @@ def test_sample_within_window_and_deterministic(cfg_name):
 
 
 def test_sample_covers_window_uniformly():
-    cfg = C.CurriculumConfig.default()
-    state = C.CurriculumState(
+    cfg = cur.CurriculumConfig.default()
+    state = cur.CurriculumState(
         l=jnp.full(N_TASKS, 3, jnp.int32), h=jnp.full(N_TASKS, 7, jnp.int32),
         a=jnp.zeros(N_TASKS, jnp.int32), b=jnp.zeros(N_TASKS, jnp.int32),
     )  # fmt: skip
     n = 5000
-    d = np.asarray(C.sample(jax.random.key(0), state, jnp.zeros(n, jnp.int32),
+    d = np.asarray(cur.sample(jax.random.key(0), state, jnp.zeros(n, jnp.int32),
                             jnp.arange(n, dtype=jnp.int32), cfg))  # fmt: skip
     counts = np.bincount(d, minlength=D_MAX + 1)
     assert counts[:3].sum() == 0 and counts[8:].sum() == 0
     assert (np.abs(counts[3:8] / n - 0.2) < 0.03).all()
     # a different key gives different draws
-    d2 = np.asarray(C.sample(jax.random.key(1), state, jnp.zeros(n, jnp.int32),
+    d2 = np.asarray(cur.sample(jax.random.key(1), state, jnp.zeros(n, jnp.int32),
                              jnp.arange(n, dtype=jnp.int32), cfg))  # fmt: skip
     assert (d != d2).any()
     # raw uint32 keys work too
-    d3 = C.sample(jax.random.PRNGKey(0), state, jnp.zeros(4, jnp.int32),
+    d3 = cur.sample(jax.random.PRNGKey(0), state, jnp.zeros(4, jnp.int32),
                   jnp.arange(4, dtype=jnp.int32), cfg)  # fmt: skip
     assert ((np.asarray(d3) >= 3) & (np.asarray(d3) <= 7)).all()
 
@@ -365,7 +365,9 @@ def _group_stats_ref(task, d, ok, gid, mask, n_tasks, d_max):
 @pytest.mark.parametrize("n_groups", [None, 40])
 def test_group_stats_matches_reference(n_groups):
     g_max = BATCH if n_groups is None else n_groups
-    fn = jax.jit(functools.partial(C.group_stats, n_tasks=N_TASKS, d_max=D_MAX, n_groups=n_groups))
+    fn = jax.jit(
+        functools.partial(cur.group_stats, n_tasks=N_TASKS, d_max=D_MAX, n_groups=n_groups)
+    )
     rng = np.random.default_rng(5)
     for _ in range(20):
         n_g = int(rng.integers(1, min(g_max, BATCH // 2) + 1))
@@ -396,7 +398,7 @@ def test_group_stats_simple():
     ok = jnp.asarray([True, True, False, True, False, False, False])
     gid = jnp.asarray([0, 0, 1, 1, 1, 2, 2], jnp.int32)
     mask = jnp.asarray([True, True, True, True, True, True, False])
-    s = C.group_stats(task, d, ok, gid, mask, n_tasks=3, d_max=6)
+    s = cur.group_stats(task, d, ok, gid, mask, n_tasks=3, d_max=6)
     assert int(s.saturated[0, 3]) == 1 and int(s.saturated.sum()) == 1
     assert int(s.mixed[1, 0]) == 1 and int(s.mixed.sum()) == 1
     assert int(s.starved[2, 5]) == 1 and int(s.starved.sum()) == 1

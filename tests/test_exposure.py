@@ -137,7 +137,12 @@ def test_episodes_bit_identical_in_both_layouts(catalog, name, agent):
     out = {}
     for mode in ("dense", "sparse"):
         res = run_batch_jit(
-            catalog, keys, d, fam.generate, AGENT[agent], EnvParams(exposure=mode),
+            catalog,
+            keys,
+            d,
+            fam.generate,
+            AGENT[agent],
+            EnvParams(exposure=mode),
             families=families_for(fam.env),
         )
         out[mode] = res.state

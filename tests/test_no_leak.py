@@ -19,7 +19,7 @@ from ecomjax import constants as C
 from ecomjax import policy_rules as P
 from ecomjax.actions import Call, make_action
 from ecomjax.core import reset, step
-from ecomjax.orders import OrderStatus
+from ecomjax.order_history import OrderStatus
 from ecomjax.testing import suite_part, tree_equal
 from ecomjax.types import Problem
 

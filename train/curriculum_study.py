@@ -28,8 +28,8 @@ from ecomjax.xla_options import FAST_COMPILE
 
 from . import plots
 from . import schedules as sch
+from .array_policy import CART_TOOLS, PolicyConfig
 from .loop import TrainConfig, default_policy, train
-from .policy import CART_TOOLS, PolicyConfig
 
 SCHEDULES: dict[str, dict] = {
     "adaptive-default": {"kind": "adaptive", "convention": "default"},

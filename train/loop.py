@@ -13,7 +13,7 @@ Batch layout (static): per family of the task collection, ``q_f`` training group
 world and customer (SPEC §3); only the agent's sampling key differs. Evaluation episodes
 use a key stream that training never draws from and take no part in the loss or the
 curriculum. Each turn is one "token" of the losses in ``train.losses``: its log-prob is the
-sum over the factors the policy sampled (``train.policy``).
+sum over the factors the policy sampled (``train.array_policy``).
 
     python -m ecomjax.train.loop --minutes 10 --out docs/study/learn_cart
 """
@@ -47,7 +47,7 @@ from ecomjax.verify import ALL_FAMILIES
 
 from . import losses
 from . import schedules as sch
-from .policy import ALL_TOOLS, CART_TOOLS, Policy, PolicyConfig, PolicyInputs, Samples
+from .array_policy import ALL_TOOLS, CART_TOOLS, Policy, PolicyConfig, PolicyInputs, Samples
 
 F32 = jnp.float32
 I32 = jnp.int32

@@ -22,16 +22,14 @@ import numpy as np
 
 from ecomjax.catalog.embedder import embed_texts
 from ecomjax.catalog.types import Catalog, CatalogTables
+from ecomjax.catalog.vocabulary import DENIED_CATEGORY_PARTS, GROUPS, VOCAB
 from ecomjax.constants import (
     ATTR_NAMES,
-    DENIED_CATEGORY_PARTS,
     DISC_ATTRS,
     EMBED_DIM,
-    GROUPS,
     MAX_VARIANTS,
     NUM_ATTRS,
     POLICY_CATEGORIES,
-    VOCAB,
     Attr,
     DescForm,
 )

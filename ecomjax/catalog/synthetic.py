@@ -19,22 +19,24 @@ import numpy as np
 
 from ecomjax.catalog.embedder import embed_texts, hash_token, raw_counts
 from ecomjax.catalog.types import Catalog, CatalogTables
-from ecomjax.constants import (
+from ecomjax.catalog.vocabulary import (
     ADJECTIVES,
-    ATTR_NAMES,
     BRANDS,
     CATALOG_VOCAB_SIZE,
-    DISC_ATTRS,
     GROUPS,
-    MAX_VARIANTS,
-    NUM_ATTRS,
-    NUMERIC_PRECISION,
-    POLICY_CATEGORIES,
     SCREEN_VALUES,
     STORES,
     TAXONOMY,
     VOCAB,
     WATTAGE_VALUES,
+)
+from ecomjax.constants import (
+    ATTR_NAMES,
+    DISC_ATTRS,
+    MAX_VARIANTS,
+    NUM_ATTRS,
+    NUMERIC_PRECISION,
+    POLICY_CATEGORIES,
     Attr,
     DescForm,
 )

@@ -48,7 +48,7 @@ class Catalog:
     cat_offsets: jax.Array  # int32 [C + 1]
     # Per-category tables.
     cat_policy: jax.Array  # int8 [C], index into POLICY_CATEGORIES
-    cat_group: jax.Array  # int8 [C], index into GROUPS (-1 = none)
+    cat_group: jax.Array  # int8 [C], index into vocabulary.GROUPS (-1 = none)
     cat_denied: jax.Array  # bool [C], SPEC §1.1 denied categories (safety backstop)
     cat_emb: jax.Array  # float32 [C, D], embedding of each category's display name
     # Static: rows of the largest category (0 = unknown). A category-filtered search then

@@ -11,7 +11,7 @@ from ecomjax.catalog.types import Catalog
 from ecomjax.types import Problem, World
 from ecomjax.world import is_known, stock_qty, variant_count
 
-E = C.ToolError
+TE = C.ToolError
 I32 = jnp.int32
 
 
@@ -38,10 +38,16 @@ def cart_add(
     empty = _first(world.cart_no == 0)
     err = jnp.select(
         [~known, ~var_ok, free == 0, free < qty, (existing < 0) & (empty < 0)],
-        [E.UNKNOWN_PRODUCT, E.UNKNOWN_VARIANT, E.OUT_OF_STOCK, E.INSUFFICIENT_STOCK, E.CART_FULL],
-        E.NONE,
+        [
+            TE.UNKNOWN_PRODUCT,
+            TE.UNKNOWN_VARIANT,
+            TE.OUT_OF_STOCK,
+            TE.INSUFFICIENT_STOCK,
+            TE.CART_FULL,
+        ],
+        TE.NONE,
     ).astype(I32)
-    ok = err == E.NONE
+    ok = err == TE.NONE
     slot = jnp.where(existing >= 0, existing, jnp.maximum(empty, 0))
     new_line = existing < 0
     number = jnp.where(new_line, world.lines_created + 1, world.cart_no[slot])
@@ -69,10 +75,10 @@ def cart_set_quantity(
     free = stock_qty(catalog, problem, world, world.cart_pid[s], world.cart_var[s])
     err = jnp.select(
         [slot < 0, (qty > cur) & (free < qty - cur)],
-        [E.UNKNOWN_LINE, E.INSUFFICIENT_STOCK],
-        E.NONE,
+        [TE.UNKNOWN_LINE, TE.INSUFFICIENT_STOCK],
+        TE.NONE,
     ).astype(I32)
-    ok = err == E.NONE
+    ok = err == TE.NONE
     remove = ok & (qty == 0)
     world = world.replace(
         cart_qty=jnp.where(ok, world.cart_qty.at[s].set(qty), world.cart_qty),

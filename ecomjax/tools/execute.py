@@ -1,8 +1,8 @@
 """Step 2 of SPEC §4.3: run a turn's tool calls in order over the world.
 
 Each call slot runs every tool branch and selects one (that is what ``vmap`` makes of a
-``switch`` anyway), so each branch is kept small: at most ``S`` result rows. Searches and
-the category list, whose rows are large, are resolved outside the scan.
+``switch`` anyway), so each branch is kept small: at most ``SMALL_ROWS`` result rows.
+Searches and the category list, whose rows are large, are resolved outside the scan.
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ from ecomjax.world import (
 )
 
 T = C.Tool
-E = C.ToolError
+TE = C.ToolError
 I32 = jnp.int32
-S = SMALL_ROWS
 V = C.MAX_VARIANTS
 
 # Tools whose rows are products the agent now has seen (SPEC §7, Seen).
@@ -96,7 +95,7 @@ def _variants_row(catalog: Catalog, problem: Problem, world: World, pid: jax.Arr
     )
     qty = jax.vmap(lambda v: stock_qty(catalog, problem, world, pid, v))(j)
     return _row(
-        jnp.where(known, E.NONE, E.UNKNOWN_PRODUCT),
+        jnp.where(known, TE.NONE, TE.UNKNOWN_PRODUCT),
         nv,
         nv,
         jnp.where(live, pid, -1),
@@ -148,11 +147,11 @@ def _run_call(
         cart_world = jax.tree_util.tree_map(
             lambda a, b, w: jnp.where(is_add, a, jnp.where(is_setq, b, w)), added, setq, world
         )
-        cart_err = jnp.where(is_add, add_err, jnp.where(is_setq, setq_err, E.NONE))
+        cart_err = jnp.where(is_add, add_err, jnp.where(is_setq, setq_err, TE.NONE))
         return cart_world, cart_err.astype(I32)
 
     mutations = (T.CART_ADD, T.CART_SET_QUANTITY, T.CART_REMOVE)
-    cart_world, cart_err = _gated(any_of(mutations), cart_mutation, (world, I32(E.NONE)))
+    cart_world, cart_err = _gated(any_of(mutations), cart_mutation, (world, I32(TE.NONE)))
     cart_row = _gated(any_of(CART_TOOLS), lambda: _cart_row(cart_world, cart_err), _row())
     # Order and return tools (they may change the world: returns, exchange reservations).
     order_world, order_row = _gated(
@@ -173,7 +172,7 @@ def _run_call(
         T.CATALOG_GET_PRODUCT: _gated(
             calls[T.CATALOG_GET_PRODUCT],
             lambda: _row(
-                jnp.where(known, E.NONE, E.UNKNOWN_PRODUCT),
+                jnp.where(known, TE.NONE, TE.UNKNOWN_PRODUCT),
                 known,
                 known,
                 jnp.where(known, pid, -1)[None],
@@ -202,7 +201,7 @@ def _run_call(
 
     uses = is_add | (tool == T.RETURN_EXCHANGE)
     world_after = record_use(cart_world, pid, uses)
-    changed = (is_add | is_setq) & (cart_err == E.NONE)
+    changed = (is_add | is_setq) & (cart_err == TE.NONE)
 
     is_ask = tool == T.ASK_USER
     item = target_item(problem, pid)
@@ -264,8 +263,8 @@ def run_tools(
     blank = jax.tree_util.tree_map(
         lambda x: jnp.zeros((C.MAX_TOOL_CALLS, *x.shape), x.dtype), _row()
     ).replace(
-        ids=jnp.full((C.MAX_TOOL_CALLS, S), -1, I32),
-        var=jnp.full((C.MAX_TOOL_CALLS, S), -1, I32),
+        ids=jnp.full((C.MAX_TOOL_CALLS, SMALL_ROWS), -1, I32),
+        var=jnp.full((C.MAX_TOOL_CALLS, SMALL_ROWS), -1, I32),
         var_attr=jnp.full((C.MAX_TOOL_CALLS, V), -1, I32),
         ord_status=jnp.full((C.MAX_TOOL_CALLS, C.MAX_ORDERS), -1, I32),
         ord_date=jnp.full((C.MAX_TOOL_CALLS, C.MAX_ORDERS), -1, I32),
@@ -292,9 +291,9 @@ def run_tools(
 def _assemble(catalog: Catalog, tools: jax.Array, rows: Row, search: SearchResults) -> ToolResults:
     is_search = tools == T.CATALOG_SEARCH
     is_cats = tools == T.CATALOG_LIST_CATEGORIES
-    n_cat = min(catalog.n_categories, S)
-    cat_ids = jnp.pad(jnp.arange(n_cat, dtype=I32), (0, S - n_cat), constant_values=-1)
-    cat_counts = jnp.pad(jnp.diff(catalog.cat_offsets)[:n_cat].astype(I32), (0, S - n_cat))
+    n_cat = min(catalog.n_categories, SMALL_ROWS)
+    cat_ids = jnp.pad(jnp.arange(n_cat, dtype=I32), (0, SMALL_ROWS - n_cat), constant_values=-1)
+    cat_counts = jnp.pad(jnp.diff(catalog.cat_offsets)[:n_cat].astype(I32), (0, SMALL_ROWS - n_cat))
     n_found = search.count
     return ToolResults(
         tool=tools.astype(I32),
@@ -332,7 +331,7 @@ def mark_seen(
     product_rows = jnp.isin(results.tool, jnp.array(PRODUCT_ROW_TOOLS))
     live = (
         product_rows[:, None]
-        & (jnp.arange(S)[None, :] < results.count[:, None])
+        & (jnp.arange(SMALL_ROWS)[None, :] < results.count[:, None])
         & (results.ids >= 0)
     )
     small = jnp.where(live, results.ids, -1).reshape(-1)

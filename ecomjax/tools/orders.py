@@ -39,13 +39,13 @@ import numpy as np
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
 from ecomjax.compact import first_true
-from ecomjax.orders import Method, eligibility, line_known, return_fee_cents
+from ecomjax.order_history import Method, eligibility, line_known, return_fee_cents
 from ecomjax.tools.rows import Row, _row
 from ecomjax.types import SMALL_ROWS, Action, Problem, World
 from ecomjax.world import is_known, stock_qty, variant_count
 
 T = C.Tool
-E = C.ToolError
+TE = C.ToolError
 I32 = jnp.int32
 F32 = jnp.float32
 MO, ML, MR = C.MAX_ORDERS, C.MAX_ORDER_LINES, C.MAX_RETURNS
@@ -76,7 +76,7 @@ def _line_rows(problem: Problem, shown: jax.Array) -> Row:
     ok = first >= 0
     o, j = o[jnp.maximum(first, 0)], j[jnp.maximum(first, 0)]
     return _row(
-        E.NONE,
+        TE.NONE,
         live.sum(),
         shown.sum(),
         jnp.where(ok, problem.line_pid[o, j], -1),
@@ -123,7 +123,7 @@ def run_order_call(
     eligible, why, window, days = eligibility(catalog, problem, order, line)
     fee = return_fee_cents(method, problem.tier).astype(F32) / 100.0
     label = (method == Method.MAIL).astype(F32)
-    line_err = jnp.where(o_ok, jnp.where(l_ok, E.NONE, E.UNKNOWN_LINE), E.UNKNOWN_ORDER)
+    line_err = jnp.where(o_ok, jnp.where(l_ok, TE.NONE, TE.UNKNOWN_LINE), TE.UNKNOWN_ORDER)
 
     # return_check_eligibility
     fees = _fees(problem.tier)
@@ -142,7 +142,7 @@ def run_order_call(
     n = world.n_returns
     ret_err = jnp.select(
         [
-            line_err != E.NONE,
+            line_err != TE.NONE,
             is_exch & ~known_new,
             is_exch & ~var_ok,
             ~eligible,
@@ -152,16 +152,16 @@ def run_order_call(
         ],
         [
             line_err,
-            E.UNKNOWN_PRODUCT,
-            E.UNKNOWN_VARIANT,
-            E.INELIGIBLE,
-            E.ALREADY_RETURNED,
-            E.OUT_OF_STOCK,
-            E.TOO_MANY_RETURNS,
+            TE.UNKNOWN_PRODUCT,
+            TE.UNKNOWN_VARIANT,
+            TE.INELIGIBLE,
+            TE.ALREADY_RETURNED,
+            TE.OUT_OF_STOCK,
+            TE.TOO_MANY_RETURNS,
         ],
-        E.NONE,
+        TE.NONE,
     ).astype(I32)
-    creates = ((tool == T.RETURN_INITIATE) | is_exch) & (ret_err == E.NONE)
+    creates = ((tool == T.RETURN_INITIATE) | is_exch) & (ret_err == TE.NONE)
     slot = jnp.minimum(n, MR - 1)
     n_exch = (world.exch_pid >= 0).sum()
 
@@ -178,7 +178,7 @@ def run_order_call(
         exch_var=put(world.exch_var, jnp.where(is_exch, new_var, -1)),
         n_returns=n + creates.astype(I32),
     )
-    ok = ret_err == E.NONE
+    ok = ret_err == TE.NONE
     init_info = jnp.stack([n + 1, fee, reason, method, label, 0, 0, 0]).astype(F32)
     exch_info = jnp.stack([n + 1, n_exch + 1, fee, reason, method, label, 0, 0]).astype(F32)
     init_row = _row(
@@ -202,14 +202,14 @@ def run_order_call(
     r_known = (r >= 0) & (r < n)
     rc = jnp.clip(r, 0, MR - 1)
     cancel_err = jnp.select(
-        [~r_known, ~world.ret_active[rc]], [E.UNKNOWN_RETURN, E.ALREADY_CANCELLED], E.NONE
+        [~r_known, ~world.ret_active[rc]], [TE.UNKNOWN_RETURN, TE.ALREADY_CANCELLED], TE.NONE
     ).astype(I32)
     cancelled = world.replace(
         ret_active=jnp.where(
-            cancel_err == E.NONE, world.ret_active.at[rc].set(False), world.ret_active
+            cancel_err == TE.NONE, world.ret_active.at[rc].set(False), world.ret_active
         )
     )
-    cancel_row = _row(cancel_err, info=jnp.where(cancel_err == E.NONE, order, 0).astype(F32)[None])
+    cancel_row = _row(cancel_err, info=jnp.where(cancel_err == TE.NONE, order, 0).astype(F32)[None])
 
     # order_list and order_get_status differ only in which orders they show: one listing.
     status_shown, status_known = _status_shown(problem, order)
@@ -220,7 +220,7 @@ def run_order_call(
     rows = {
         T.ORDER_LIST: listing,
         T.ORDER_GET_STATUS: listing.replace(
-            error=jnp.where(status_known, E.NONE, E.UNKNOWN_ORDER).astype(I32)
+            error=jnp.where(status_known, TE.NONE, TE.UNKNOWN_ORDER).astype(I32)
         ),
         T.RETURN_CHECK_ELIGIBILITY: elig_row,
         T.RETURN_INITIATE: init_row,

@@ -28,12 +28,12 @@ MAX_TOP_K = 10
 def search_scores(query: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(|Q ∩ W_topic| [N_TOPICS] int32, |Q| int32) for one query's token ids."""
     q = query.astype(jnp.int32)
-    known = (q >= 0) & (q < P.N_VOCAB)
+    known = (q >= 0) & (q < P.N_QUESTION_WORDS)
     pos = jnp.arange(q.shape[0])
     dup = ((q[None, :] == q[:, None]) & (pos[None, :] < pos[:, None])).any(-1)
     first_known = known & ~dup
     n_q = first_known.sum() + (q == P.OOV).sum()
-    hits = jnp.asarray(P.W_TOPIC)[:, jnp.clip(q, 0, P.N_VOCAB - 1)] & first_known[None, :]
+    hits = jnp.asarray(P.W_TOPIC)[:, jnp.clip(q, 0, P.N_QUESTION_WORDS - 1)] & first_known[None, :]
     return hits.sum(-1).astype(jnp.int32), n_q.astype(jnp.int32)
 
 

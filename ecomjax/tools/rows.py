@@ -10,7 +10,6 @@ from ecomjax import constants as C
 from ecomjax.types import N_INFO, SMALL_ROWS
 
 I32 = jnp.int32
-S = SMALL_ROWS
 V = C.MAX_VARIANTS
 MO = C.MAX_ORDERS
 
@@ -20,7 +19,7 @@ class Row:
     error: jax.Array
     count: jax.Array
     total: jax.Array
-    ids: jax.Array  # [S]
+    ids: jax.Array  # [SMALL_ROWS]
     var: jax.Array
     qty: jax.Array
     aux: jax.Array
@@ -49,7 +48,7 @@ def _row(
     ord_track=None,
     info=None,
 ) -> Row:
-    def pad(x, fill, n=S, dtype=I32):
+    def pad(x, fill, n=SMALL_ROWS, dtype=I32):
         if x is None:
             return jnp.full(n, fill, dtype)
         x = jnp.asarray(x, dtype)

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from ecomjax import constants as C
-from ecomjax import orders as O
+from ecomjax import order_history as O
 from ecomjax.types import Action
 
 T = C.Tool

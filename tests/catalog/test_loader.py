@@ -23,17 +23,10 @@ from ecomjax.catalog.loader import (
     load_rows,
 )
 from ecomjax.catalog.synthetic import describe, product_card, product_desc, product_title
-from ecomjax.constants import (
-    DISC_ATTRS,
-    GROUPS,
-    NUM_ATTRS,
-    POLICY_CATEGORIES,
-    VOCAB,
-    Attr,
-    DescForm,
-)
+from ecomjax.catalog.vocabulary import GROUPS, VOCAB
+from ecomjax.constants import DISC_ATTRS, NUM_ATTRS, POLICY_CATEGORIES, Attr, DescForm
 
-D = {a: j for j, a in enumerate(DISC_ATTRS)}
+DISC_COL = {a: j for j, a in enumerate(DISC_ATTRS)}
 U = {a: j for j, a in enumerate(NUM_ATTRS)}
 
 
@@ -181,13 +174,13 @@ def test_attributes(loaded: tuple) -> None:
     disc, num = np.asarray(c.disc), np.asarray(c.num)
     color = tables.vocab[int(Attr.COLOR)]
     assert color[: len(VOCAB[Attr.COLOR])] == list(VOCAB[Attr.COLOR])
-    assert color[disc[0, D[Attr.COLOR]]] == "red"
-    assert disc[2, D[Attr.COLOR]] == len(VOCAB[Attr.COLOR]) and color[-1] == "chartreuse"
-    assert color[disc[3, D[Attr.COLOR]]] == "navy"
-    assert tables.vocab[int(Attr.MATERIAL)][disc[0, D[Attr.MATERIAL]]] == "stainless_steel"
-    assert tables.vocab[int(Attr.CONNECTOR_TYPE)][disc[2, D[Attr.CONNECTOR_TYPE]]] == "USB-C"
-    assert tables.vocab[int(Attr.SIZE)][disc[3, D[Attr.SIZE]]] == "XL"
-    assert tables.vocab[int(Attr.SKIN_TYPE)][disc[3, D[Attr.SKIN_TYPE]]] == "oily"
+    assert color[disc[0, DISC_COL[Attr.COLOR]]] == "red"
+    assert disc[2, DISC_COL[Attr.COLOR]] == len(VOCAB[Attr.COLOR]) and color[-1] == "chartreuse"
+    assert color[disc[3, DISC_COL[Attr.COLOR]]] == "navy"
+    assert tables.vocab[int(Attr.MATERIAL)][disc[0, DISC_COL[Attr.MATERIAL]]] == "stainless_steel"
+    assert tables.vocab[int(Attr.CONNECTOR_TYPE)][disc[2, DISC_COL[Attr.CONNECTOR_TYPE]]] == "USB-C"
+    assert tables.vocab[int(Attr.SIZE)][disc[3, DISC_COL[Attr.SIZE]]] == "XL"
+    assert tables.vocab[int(Attr.SKIN_TYPE)][disc[3, DISC_COL[Attr.SKIN_TYPE]]] == "oily"
     assert (disc[1] == -1).all() and np.isnan(num[1]).all()
     assert num[0, U[Attr.WATTAGE]] == 600.0 and num[0, U[Attr.WEIGHT_LBS]] == 5.5
     assert num[2, U[Attr.SCREEN_SIZE_INCHES]] == pytest.approx(6.1)

@@ -23,22 +23,17 @@ from ecomjax.catalog.synthetic import (
     synthetic_tables,
 )
 from ecomjax.catalog.types import Catalog
-from ecomjax.constants import (
+from ecomjax.catalog.vocabulary import (
     ADJECTIVES,
     BRANDS,
     CATALOG_VOCAB_SIZE,
-    DISC_ATTRS,
     GROUPS,
-    MAX_VARIANTS,
-    NUM_ATTRS,
-    POLICY_CATEGORIES,
     SCREEN_VALUES,
     STORES,
     TAXONOMY,
     WATTAGE_VALUES,
-    Attr,
-    DescForm,
 )
+from ecomjax.constants import DISC_ATTRS, MAX_VARIANTS, NUM_ATTRS, POLICY_CATEGORIES, Attr, DescForm
 
 N_BIG = 20_000
 N_SMALL = 1000
@@ -57,7 +52,7 @@ DTYPES = {
     "cat_offsets": jnp.int32, "cat_policy": jnp.int8, "cat_group": jnp.int8,
     "cat_denied": jnp.bool_, "cat_emb": jnp.float32,
 }  # fmt: skip
-D = {a: j for j, a in enumerate(DISC_ATTRS)}
+DISC_COL = {a: j for j, a in enumerate(DISC_ATTRS)}
 U = {a: j for j, a in enumerate(NUM_ATTRS)}
 PATHS = np.array([t[0] for t in TAXONOMY])
 NOUNS = [n for t in TAXONOMY for n in t[3]]
@@ -169,7 +164,7 @@ def test_attribute_presence_rules(h: dict[str, np.ndarray]) -> None:
         Attr.AGE_RANGE: np.zeros_like(elec),
     }  # fmt: skip
     for a, mask in present.items():
-        col = disc[:, D[a]]
+        col = disc[:, DISC_COL[a]]
         assert ((col >= 0) == mask).all(), a
         if mask.any():
             assert col[mask].max() < CATALOG_VOCAB_SIZE[a], a

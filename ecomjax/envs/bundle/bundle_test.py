@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from ecomjax import constants as C
+from ecomjax.catalog.vocabulary import TAXONOMY
 from ecomjax.envs.bundle.generator import (
     PROJECT_CATS,
     PROJECT_LEN,
@@ -27,7 +28,7 @@ from ecomjax.world import init_world
 S = C.Slot
 TM = C.Termination
 B = 420
-D = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
+DS = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
 PARAMS = EnvParams()
 
 
@@ -50,7 +51,7 @@ def _host_prices(catalog):
 
 def test_projects_map_to_leaves():
     assert [len(p[1]) for p in PROJECTS] == [12, 12, 10, 10, 8]
-    disp = [t[2] for t in C.TAXONOMY]
+    disp = [t[2] for t in TAXONOMY]
     for p, (_, leaves) in enumerate(PROJECTS):
         assert [disp[c] for c in PROJECT_CATS[p, : PROJECT_LEN[p]]] == list(leaves)
         assert len(set(leaves)) == len(leaves)

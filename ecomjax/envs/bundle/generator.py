@@ -17,6 +17,7 @@ from flax import struct
 from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
+from ecomjax.catalog.vocabulary import TAXONOMY
 from ecomjax.constraints import grid_value
 from ecomjax.sampling import append_protected, base_problem, omission, stream
 from ecomjax.types import EnvParams, Problem
@@ -54,7 +55,7 @@ PROJECTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
 )  # fmt: skip
 N_PROJECTS = len(PROJECTS)
-_DISPLAY = [t[2] for t in C.TAXONOMY]
+_DISPLAY = [t[2] for t in TAXONOMY]
 # [N_PROJECTS, MB] taxonomy leaf (= synthetic catalog category) indices, -1 padded.
 PROJECT_CATS = np.full((N_PROJECTS, MB), -1, np.int32)
 for _p, (_, _leaves) in enumerate(PROJECTS):

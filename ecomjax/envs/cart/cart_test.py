@@ -13,6 +13,7 @@ import pytest
 from ecomjax import constants as C
 from ecomjax.actions import Call, make_action
 from ecomjax.agents import AGENTS, empty_cart_agent
+from ecomjax.catalog.vocabulary import VOCAB
 from ecomjax.core import reset, step
 from ecomjax.envs.cart.generator import generate
 from ecomjax.envs.cart.variants import CANDIDATES, own_values
@@ -33,7 +34,7 @@ S = C.Slot
 TM = C.Termination
 HF = C.HardFail
 B = 2100  # 100 episodes at each d in 0..20
-D = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
+DS = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
 CART = (int(C.Env.CART),)  # only CART's verifier is traced
 
 
@@ -45,7 +46,7 @@ PARAMS = EnvParams()
 
 
 def play(catalog, agent, seed=0, params=PARAMS):
-    return run_batch_jit(catalog, keys_for(seed), D, generate, agent, params, families=CART)
+    return run_batch_jit(catalog, keys_for(seed), DS, generate, agent, params, families=CART)
 
 
 # --- invariant 2 (solvability) and 1 (ranges) -----------------------------------------------
@@ -64,7 +65,7 @@ def test_oracle_reaches_is_correct(catalog, seeds):
         correct += int(ok.sum())
         bad = np.flatnonzero(~ok)
         assert bad.size == 0, (
-            f"seed {seed}: oracle failed at d={np.asarray(D)[bad][:10]}, termination="
+            f"seed {seed}: oracle failed at d={np.asarray(DS)[bad][:10]}, termination="
             f"{np.asarray(res.state.dialogue.termination)[bad][:10]}"
         )
         assert np.all(np.asarray(res.state.dialogue.termination) == TM.AGENT_DONE)
@@ -79,7 +80,7 @@ def test_oracle_reaches_is_correct(catalog, seeds):
 @pytest.mark.slow  # the default sweep runs in tests/test_invariants.py
 def test_immediate_done_with_empty_cart_scores_minus_060(catalog, params):
     keys = keys_for(8)
-    prob = generate_batch(generate, keys, catalog, D, params)
+    prob = generate_batch(generate, keys, catalog, DS, params)
     states, ts = reset_batch(keys, catalog, prob, params)
     mem = jax.vmap(empty_cart_agent.init, (0, 0, None))(keys, ts.observation, catalog)
     _, actions = jax.vmap(empty_cart_agent.act, (0, 0, 0, None))(keys, mem, ts.observation, catalog)
@@ -99,11 +100,11 @@ def test_immediate_done_with_empty_cart_scores_minus_060(catalog, params):
 def test_targets_are_in_stock_unique_and_well_described(catalog, params):
     keys = keys_for(3)
     prob = jax.jit(jax.vmap(generate, (0, None, 0, None)), static_argnums=3)(
-        keys, catalog, D, params
+        keys, catalog, DS, params
     )
     pid, qty = np.asarray(prob.item_pid), np.asarray(prob.item_qty)
     valid = pid >= 0
-    n_items = np.minimum(5, 1 + np.asarray(D) // 3)
+    n_items = np.minimum(5, 1 + np.asarray(DS) // 3)
     assert np.array_equal(valid.sum(1), n_items)
     stock = np.asarray(catalog.stock)[np.maximum(pid, 0)]
     assert np.all(stock[valid] >= qty[valid]) and np.all(qty[valid] >= 1)
@@ -168,7 +169,7 @@ def test_wanted_variant_is_uniform_over_the_three(catalog, params, seeds):
     (v1: always), and sits at each of the three listed positions a third of the time.
     2,100 keys per seed over d = 0..20 (about 4,000 items whose card shows the attribute)."""
     parts = [
-        _own_value_targets(catalog, generate_batch(generate, keys_for(s), catalog, D, params))
+        _own_value_targets(catalog, generate_batch(generate, keys_for(s), catalog, DS, params))
         for s in seeds
     ]
     d, pos, is_own = (np.concatenate(x) for x in zip(*parts, strict=True))
@@ -284,7 +285,7 @@ def test_padding_is_inert(catalog, params):
 
 def test_opening_and_replies_carry_no_product_indices(catalog, params):
     keys = keys_for(9)
-    prob = generate_batch(generate, keys, catalog, D, params)
+    prob = generate_batch(generate, keys, catalog, DS, params)
     _, ts = reset_batch(keys, catalog, prob, params)
     obs = ts.observation
     # Before any tool call, no observation array holds a target index where ids live.
@@ -358,8 +359,8 @@ def test_writeup_example_2_scores_minus_006(catalog):
     charger = int(np.flatnonzero((cat == 8) & (stock >= 1) & (form > 0))[0])
     fryer, tank = pick("Air Fryer", 1), pick("Tank Top", 5)
     items = jnp.array([charger, fryer, tank, -1, -1])
-    size_xs = float(C.VOCAB[C.Attr.SIZE].index("XS"))
-    size_xl = float(C.VOCAB[C.Attr.SIZE].index("XL"))
+    size_xs = float(VOCAB[C.Attr.SIZE].index("XS"))
+    size_xl = float(VOCAB[C.Attr.SIZE].index("XL"))
     prob = base.replace(
         item_pid=items,
         item_qty=jnp.array([1, 1, 3, 0, 0]),
@@ -492,18 +493,18 @@ def test_business_errors_never_fail(catalog, params):
     state, ts = stp(catalog, state, make_action(calls), params)
     assert int(state.dialogue.termination) == TM.RUNNING
     errors = np.asarray(ts.observation.results.error)[: len(calls)]
-    E = C.ToolError
+    TE = C.ToolError
     assert errors.tolist() == [
-        E.UNKNOWN_PRODUCT,
-        E.OUT_OF_STOCK,
-        E.UNKNOWN_VARIANT,
-        E.UNKNOWN_LINE,
-        E.UNKNOWN_LINE,
-        E.UNKNOWN_PRODUCT,
-        E.UNKNOWN_PRODUCT,
-        E.UNKNOWN_ORDER,
-        E.UNKNOWN_RETURN,
-        E.INSUFFICIENT_STOCK,
+        TE.UNKNOWN_PRODUCT,
+        TE.OUT_OF_STOCK,
+        TE.UNKNOWN_VARIANT,
+        TE.UNKNOWN_LINE,
+        TE.UNKNOWN_LINE,
+        TE.UNKNOWN_PRODUCT,
+        TE.UNKNOWN_PRODUCT,
+        TE.UNKNOWN_ORDER,
+        TE.UNKNOWN_RETURN,
+        TE.INSUFFICIENT_STOCK,
     ]
     assert int(np.asarray(state.world.cart_no).max()) == 0  # nothing got into the cart
 

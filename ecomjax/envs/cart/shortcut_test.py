@@ -19,7 +19,7 @@ from ecomjax.rollout import run_batch_jit
 from ecomjax.testing import rate_exceeds
 
 B = 2100
-D = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
+DS = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
 CART = (int(C.Env.CART),)  # only CART's verifier is traced
 BOUND = 0.40
 
@@ -28,13 +28,13 @@ def _play(catalog, params, seed: int):
     """(d, IsCorrect, pending variant-required items [B, MI], added [B, MI], added under
     the wanted variant only [B, MI])."""
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(jnp.arange(B))
-    st = run_batch_jit(catalog, keys, D, generate, own_variant_agent, params, families=CART).state
+    st = run_batch_jit(catalog, keys, DS, generate, own_variant_agent, params, families=CART).state
     prob = st.problem
     pending = np.asarray(prob.pending[:, 0, :, C.Slot.VARIANT] & prob.item_var_req)
     correct, other = jax.vmap(item_units)(prob, st.world)
     correct, other = np.asarray(correct), np.asarray(other)
     added, right = (correct + other) > 0, (correct > 0) & (other == 0)
-    return np.asarray(D), np.asarray(st.reward.is_correct), pending, added, right
+    return np.asarray(DS), np.asarray(st.reward.is_correct), pending, added, right
 
 
 @pytest.mark.parametrize("seeds", [(31,), pytest.param(range(32, 41), marks=pytest.mark.slow)])

@@ -9,6 +9,7 @@ import numpy as np
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
+from ecomjax.catalog.vocabulary import VARIANT_POOL_MAX, VARIANT_POOL_TEXT, VOCAB
 
 A = C.Attr
 # Candidate attributes in the fallback order of §8.3.
@@ -27,13 +28,13 @@ _ADDED = (A.COLOR, A.SIZE)  # weight 0.5 when the product lacks them
 
 
 def _pool_value(attr: C.Attr, v) -> float:
-    return float(v) if attr in C.NUM_ATTRS else float(C.VOCAB[attr].index(v))
+    return float(v) if attr in C.NUM_ATTRS else float(VOCAB[attr].index(v))
 
 
-POOL = np.zeros((len(CANDIDATES), C.VARIANT_POOL_MAX), np.float32)
+POOL = np.zeros((len(CANDIDATES), VARIANT_POOL_MAX), np.float32)
 POOL_LEN = np.zeros(len(CANDIDATES), np.int32)
 for _i, _a in enumerate(CANDIDATES):
-    _vals = [_pool_value(_a, v) for v in C.VARIANT_POOL_TEXT[_a]]
+    _vals = [_pool_value(_a, v) for v in VARIANT_POOL_TEXT[_a]]
     POOL[_i, : len(_vals)] = _vals
     POOL_LEN[_i] = len(_vals)
 CAND_ATTR = np.array([int(a) for a in CANDIDATES], np.int32)
@@ -74,9 +75,9 @@ def synthesize(key: jax.Array, catalog: Catalog, pid: jax.Array):
     n_pool = jnp.asarray(POOL_LEN)[ci]
     drawn = pool[jax.random.randint(k_val, (), 0, n_pool)]
     base = jnp.where(has[ci], own[ci], drawn)
-    slots = jnp.arange(C.VARIANT_POOL_MAX)
+    slots = jnp.arange(VARIANT_POOL_MAX)
     others = (slots < n_pool) & (jnp.abs(pool - base) > 1e-6)
-    prio = jnp.where(others, jax.random.uniform(k_dist, (C.VARIANT_POOL_MAX,)), -1.0)
+    prio = jnp.where(others, jax.random.uniform(k_dist, (VARIANT_POOL_MAX,)), -1.0)
     distractors = pool[jax.lax.top_k(prio, 2)[1]]
     values = jnp.concatenate([base[None], distractors])
     wanted = jax.random.randint(k_tgt, (), 0, 3)  # index into [own, distractor, distractor]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ecomjax import constants as C
-from ecomjax import difficulty as Dm
+from ecomjax import difficulty as D
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.constraints import SLOT_ATTR, feasible, satisfaction
 from ecomjax.core import step
@@ -34,7 +34,7 @@ A = C.Attr
 S = C.Slot
 TM = C.Termination
 B = 420
-D = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
+DS = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
 PARAMS = EnvParams()
 ORACLE = make_oracle((C.Env.PD,))
 VERIFY = jax.jit(verify)  # one compile for every verifier test
@@ -43,7 +43,7 @@ VERIFY = jax.jit(verify)  # one compile for every verifier test
 @pytest.fixture(scope="module")
 def problems(catalog):
     return jax.jit(jax.vmap(generate, (0, None, 0, None)), static_argnums=3)(
-        keys_for(3, B), catalog, D, PARAMS
+        keys_for(3, B), catalog, DS, PARAMS
     )
 
 
@@ -53,7 +53,7 @@ def problems(catalog):
 def test_target_in_f_end_and_constraints_well_formed(catalog, problems):
     p = problems
     t = np.asarray(p.pd_target)
-    d = np.asarray(D)
+    d = np.asarray(DS)
     assert np.all(t >= 0)
     assert np.all(np.asarray(catalog.stock)[t] > 0)
     assert np.all(np.asarray(catalog.desc_form)[t] > 0)
@@ -71,18 +71,18 @@ def test_target_in_f_end_and_constraints_well_formed(catalog, problems):
     assert np.all(attr[:, 0] == A.CAT) and np.all(val[:, 0] == np.asarray(catalog.category)[t])
     assert np.all(attr[:, 1] == A.PRICE) and np.all(op[:, 1] == -1)
     n = (attr >= 0).sum(1)
-    m = np.asarray(Dm.m(d))
+    m = np.asarray(D.m(d))
     assert np.all(n <= m) and np.all(n >= np.minimum(m, 6))
     for row in attr:
         live = row[row >= 0]
         assert len(set(live.tolist())) == live.size
-    assert np.all(np.asarray(p.k_rec) == np.asarray(Dm.k_rec(d)))
+    assert np.all(np.asarray(p.k_rec) == np.asarray(D.k_rec(d)))
     assert set(np.unique(np.asarray(p.priority))) <= {0, 1, 2}
     # Numeric bounds: natural direction, slack at most δ_max over the target or else just
     # wide enough for the priciest witness (v1.1), on the precision grid.
     cents = np.asarray(catalog.price_cents)
     price = cents[t] / 100
-    dmax = np.asarray(Dm.delta_max(d))
+    dmax = np.asarray(D.delta_max(d))
     wit = np.asarray(p.pool_witness[:, 0])
     top = np.where(wit >= 0, cents[np.maximum(wit, 0)], 0).max(1) / 100
     bound = val[:, 1]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from ecomjax import constants as C
-from ecomjax import difficulty as Dm
+from ecomjax import difficulty as D
 from ecomjax.constraints import IS_NUMERIC, attr_values, feasible
 from ecomjax.envs.pd.shortcut import repeat_one_id_agent
 from ecomjax.registry import family, module
@@ -27,7 +27,7 @@ from tests.support.pd_checks import keys_for, one, pd_reference, sub_reference
 
 E = C.Env
 B = 420  # 20 problems per d, the shape pd_test / sub_test compile
-D = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
+DS = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
 PARAMS = EnvParams()
 ROW = {"PD": 0, "SUB": 1}
 
@@ -44,7 +44,7 @@ def _pool(catalog, problem, world, row: int) -> jax.Array:
 def problems(catalog):
     gen = lambda name: jax.jit(  # noqa: E731
         jax.vmap(family(name).generate, (0, None, 0, None)), static_argnums=3
-    )(keys_for(3, B), catalog, D, PARAMS)
+    )(keys_for(3, B), catalog, DS, PARAMS)
     return {name: gen(name) for name in ROW}
 
 
@@ -79,12 +79,12 @@ def test_initial_pool_holds_k_or_every_eligible_witness(catalog, problems, every
     states, _ = reset_batch(keys_for(3, B), catalog, p, PARAMS)
     pool = jax.jit(jax.vmap(lambda pr, w: _pool(catalog, pr, w, ROW[name])))
     f_init = np.asarray(pool(states.problem, states.world)).sum(1)
-    k = np.asarray(Dm.k_rec(D))
+    k = np.asarray(D.k_rec(DS))
     n_elig = np.array([_eligible(catalog, every_attr, p, name, b).sum() for b in range(B)])
     short = np.flatnonzero(f_init < np.minimum(k, 1 + n_elig))
     assert short.size == 0, (
         f"{name}: {short.size}/{B} episodes with |F_init| < min(k, 1 + eligible); first: "
-        f"d={int(D[short[0]])} |F_init|={f_init[short[0]]} eligible={n_elig[short[0]]}"
+        f"d={int(DS[short[0]])} |F_init|={f_init[short[0]]} eligible={n_elig[short[0]]}"
     )
     # Not vacuous: many episodes have a witness to cover.
     assert (n_elig >= 1).mean() > 0.2
@@ -99,7 +99,7 @@ def test_witnesses_are_the_drawn_eligible_products(catalog, problems, every_attr
     w = np.asarray(p.pool_witness[:, row])
     other = np.asarray(p.pool_witness[:, 1 - row])
     assert np.all(other == -1)
-    k = np.asarray(Dm.k_rec(D))
+    k = np.asarray(D.k_rec(DS))
     prot = np.asarray(p.protected)
     ref = np.asarray(p.pd_target if name == "PD" else p.sub_witness)
     draws = []

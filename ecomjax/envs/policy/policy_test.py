@@ -30,7 +30,7 @@ S = C.Slot
 TM = C.Termination
 T = P.TABLES
 B = 420
-D = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
+DS = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
 PARAMS = EnvParams()
 
 
@@ -389,7 +389,7 @@ def test_policy_search_scores_and_ties():
     assert count3 == 0 and total3 == 0 and np.all(ids3 == -1)
     # top_k caps the rows.
     assert _search("shipping", k=2)[3] == 2
-    assert P.VOCAB_INDEX["shipping"] >= 0 and "the" not in P.VOCAB_INDEX
+    assert P.QUESTION_WORD_INDEX["shipping"] >= 0 and "the" not in P.QUESTION_WORD_INDEX
 
 
 # --- the verifier (SPEC §8.6), hand-computed --------------------------------------------------

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from ecomjax import constants as C
 from ecomjax import difficulty as D
-from ecomjax import orders as O
+from ecomjax import order_history as O
 from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import ATTR_SLOT, attr_mask, gen_constraints, write_constraint_slots
 from ecomjax.envs.cart.generator import omission

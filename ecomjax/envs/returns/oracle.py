@@ -18,7 +18,7 @@ from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import constraints_from_slots, feasible, to_filters
 from ecomjax.customer import APPLICABLE
-from ecomjax.orders import match_line
+from ecomjax.order_history import match_line
 from ecomjax.slot_memory import SlotMemory, empty_slots, listen
 from ecomjax.types import Action, Observation, empty_action
 

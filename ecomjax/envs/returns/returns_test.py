@@ -11,7 +11,7 @@ import pytest
 
 from ecomjax import constants as C
 from ecomjax import exposure as X
-from ecomjax import orders as O
+from ecomjax import order_history as O
 from ecomjax.actions import Call, make_action
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.constraints import feasible, satisfaction
@@ -26,12 +26,12 @@ from ecomjax.world import init_world, record_use
 
 T = C.Tool
 S = C.Slot
-E = C.ToolError
+TE = C.ToolError
 TM = C.Termination
 RI = C.ReturnIssue
 OS = O.OrderStatus
 B = 210  # 10 episodes at each d in 0..20
-D = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
+DS = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
 PARAMS = EnvParams()
 ORACLE = make_oracle((C.Env.RETURN,))
 
@@ -51,7 +51,7 @@ def _gen():
 
 @pytest.fixture(scope="module")
 def problems(catalog):
-    prob = generate_batch(generate, keys_for(3), catalog, D, PARAMS)
+    prob = generate_batch(generate, keys_for(3), catalog, DS, PARAMS)
     return jax.tree_util.tree_map(np.asarray, prob)
 
 
@@ -70,7 +70,7 @@ def test_history_follows_section_1_8(catalog, problems):
     age_lo, age_hi = O._AGE_LO, O._AGE_HI
     for b in range(B):
         h = int(p.n_orders[b])
-        assert h == 1 + int(D[b]) // 2
+        assert h == 1 + int(DS[b]) // 2
         assert np.all(np.diff(p.order_date[b, :h]) >= 0)  # chronological numbering
         assert np.all(p.order_status[b, h:] == -1) and np.all(p.order_n_lines[b, h:] == 0)
         nl = p.order_n_lines[b, :h]
@@ -152,7 +152,7 @@ def test_target_window_edge_and_witness(catalog, problems):
             wit = int(p.ret_witness[b])
             assert wit != pid and cat[wit] == cat[pid] and stock[wit] > 0
             assert attr[0] == C.Attr.CAT and val[0] == cat[pid]
-            m = 2 + int(D[b]) // 2
+            m = 2 + int(DS[b]) // 2
             assert (attr >= 0).sum() <= 1 + max(1, m - 1)
             assert bool(feasible(catalog, jnp.int32(wit), attr, op, val))
             assert wit in p.protected[b]
@@ -251,7 +251,7 @@ def test_order_list_and_get_status(catalog, replace_problem):
     ]
     state, ts = _step_jit()(catalog, state, make_action(calls), PARAMS)
     res, errors = _results(ts, len(calls))
-    assert errors == [E.NONE, E.NONE, E.NONE, E.UNKNOWN_ORDER, E.UNKNOWN_ORDER]
+    assert errors == [TE.NONE, TE.NONE, TE.NONE, TE.UNKNOWN_ORDER, TE.UNKNOWN_ORDER]
     assert int(state.dialogue.termination) == TM.RUNNING
     for i, days in ((0, 365), (1, 5)):
         shown = (dates[:n] >= today - days).nonzero()[0]
@@ -287,11 +287,11 @@ def test_window_edge_is_exact(catalog, replace_problem, offset):
     info = res.info[0]
     assert info[2] == w and info[3] == w + offset
     if offset == 0:
-        assert info[0] == 1 and info[1] == O.Ineligible.NONE and errors == [E.NONE, E.NONE]
+        assert info[0] == 1 and info[1] == O.Ineligible.NONE and errors == [TE.NONE, TE.NONE]
         assert int(state.world.n_returns) == 1
     else:
         assert info[0] == 0 and info[1] == O.Ineligible.WINDOW_EXPIRED
-        assert errors == [E.NONE, E.INELIGIBLE] and int(state.world.n_returns) == 0
+        assert errors == [TE.NONE, TE.INELIGIBLE] and int(state.world.n_returns) == 0
     # Fees from return_fee with the tier: mail 5.99 (0 for premium), others 0.
     mail = 0.0 if int(prob.tier) == 2 else 5.99
     np.testing.assert_allclose(info[4:7], [mail, 0.0, 0.0], atol=1e-6)
@@ -389,17 +389,17 @@ def test_returns_exchanges_and_business_errors(catalog, replace_problem):
     state, ts = stp(catalog, state, make_action(calls), PARAMS)
     res, errors = _results(ts, len(calls))
     assert errors == [
-        E.UNKNOWN_PRODUCT,
-        E.OUT_OF_STOCK,
-        E.UNKNOWN_VARIANT,
-        E.UNKNOWN_LINE,
-        E.UNKNOWN_ORDER,
-        E.NONE,
-        E.NONE,
-        E.ALREADY_RETURNED,
-        E.NONE,
-        E.NONE,
-        E.ALREADY_CANCELLED,
+        TE.UNKNOWN_PRODUCT,
+        TE.OUT_OF_STOCK,
+        TE.UNKNOWN_VARIANT,
+        TE.UNKNOWN_LINE,
+        TE.UNKNOWN_ORDER,
+        TE.NONE,
+        TE.NONE,
+        TE.ALREADY_RETURNED,
+        TE.NONE,
+        TE.NONE,
+        TE.ALREADY_CANCELLED,
     ]
     assert int(state.dialogue.termination) == TM.RUNNING
     # The exchange reserves one unit; cancelling releases it.
@@ -416,7 +416,7 @@ def test_returns_exchanges_and_business_errors(catalog, replace_problem):
     ]
     state, ts = stp(catalog, state, make_action(calls), PARAMS)
     res, errors = _results(ts, 3)
-    assert errors == [E.UNKNOWN_RETURN, E.UNKNOWN_RETURN, E.NONE]
+    assert errors == [TE.UNKNOWN_RETURN, TE.UNKNOWN_RETURN, TE.NONE]
     mail = 0.0 if int(prob.tier) == 2 else 5.99
     assert res.info[2, 0] == 2 and abs(res.info[2, 1] - mail) < 1e-6 and res.info[2, 4] == 1
     assert int(state.world.n_returns) == 2 and bool(state.world.ret_active[1])

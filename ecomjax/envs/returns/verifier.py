@@ -1,5 +1,5 @@
 """RETURN verifier (SPEC §8.4): r_sel (the answered line), r_ret (the returns in the final
-world) and r_rep (the replacement), with eligibility from ``ecomjax.orders``."""
+world) and r_rep (the replacement), with eligibility from ``ecomjax.order_history``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import satisfaction
-from ecomjax.orders import eligibility
+from ecomjax.order_history import eligibility
 from ecomjax.types import AnswerFields, Dialogue, Problem, Score, World, make_score
 from ecomjax.world import hallucinated
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from ecomjax import constants as C
 from ecomjax import difficulty as D
-from ecomjax import orders as O
+from ecomjax import order_history as O
 from ecomjax.catalog.types import Catalog
 from ecomjax.sampling import base_problem, stream
 from ecomjax.types import EnvParams, Problem

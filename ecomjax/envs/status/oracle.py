@@ -13,7 +13,7 @@ from flax import struct
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
-from ecomjax.orders import match_line
+from ecomjax.order_history import match_line
 from ecomjax.types import Action, Observation, empty_action
 
 T = C.Tool

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ecomjax import constants as C
-from ecomjax import difficulty as Dif
-from ecomjax import orders as O
+from ecomjax import difficulty as D
+from ecomjax import order_history as O
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.envs.returns.generator import fill as fill_return
 from ecomjax.envs.status.generator import fill as fill_status
@@ -23,7 +23,7 @@ from ecomjax.types import EnvParams, empty_answer_fields
 S = C.Slot
 TM = C.Termination
 B = 210
-D = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
+DS = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
 PARAMS = EnvParams()
 ORACLE = make_oracle((C.Env.STATUS,))
 
@@ -35,7 +35,7 @@ def keys_for(seed: int, n: int = B) -> jax.Array:
 @pytest.fixture(scope="module")
 def problems(catalog):
     prob = jax.jit(jax.vmap(generate, (0, None, 0, None)), static_argnums=3)(
-        keys_for(3), catalog, D, PARAMS
+        keys_for(3), catalog, DS, PARAMS
     )
     return jax.tree_util.tree_map(np.asarray, prob)
 
@@ -52,7 +52,7 @@ def test_target_and_reference(catalog, problems):
     n_ind = 0
     for b in range(B):
         h, t = int(p.n_orders[b]), int(p.status_order[b])
-        assert h == 1 + int(D[b]) // 2 and 0 <= t < h
+        assert h == 1 + int(DS[b]) // 2 and 0 <= t < h
         assert np.all(np.diff(p.order_date[b, :h]) >= 0)
         assert p.has_slot[b, 0, 0, S.ORDER_REFERENCE] and not p.pending[b, 0, 0, S.ORDER_REFERENCE]
         assert p.has_slot[b, 0, 0].sum() == 1
@@ -67,7 +67,7 @@ def test_target_and_reference(catalog, problems):
             assert ref == t and p.ref_form[b, 0] == 0
     # p_ref: mostly direct at d = 0, mostly indirect at d >= 6.
     ind = p.status_indirect
-    d = np.asarray(D)
+    d = np.asarray(DS)
     assert ind[d == 0].mean() < 0.5 and ind[d >= 6].mean() > 0.8 and n_ind > 0
 
 
@@ -82,7 +82,7 @@ def test_target_is_uniform_over_orders(catalog):
 
 def test_opening_states_the_reference_only(catalog, params):
     keys = keys_for(9)
-    prob = generate_batch(generate, keys, catalog, D, params)
+    prob = generate_batch(generate, keys, catalog, DS, params)
     _, ts = reset_batch(keys, catalog, prob, params)
     r = ts.observation.reply
     stated = np.asarray(r.slot_stated[:, 0])
@@ -120,7 +120,7 @@ def test_shared_history_with_return(catalog):
 
     def both(key, d, status_first):
         prob = base_problem(key, d, C.Env.JOURNEY, PARAMS)
-        h = jnp.maximum(Dif.h_orders(d), 2)
+        h = jnp.maximum(D.h_orders(d), 2)
         if status_first:
             prob = fill_status(key, catalog, d, PARAMS, prob, 0, h)
             return fill_return(key, catalog, d, PARAMS, prob, 1, h)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ecomjax import constants as C
-from ecomjax import difficulty as Dm
+from ecomjax import difficulty as D
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.constraints import attr_values, feasible
 from ecomjax.customer import opening
@@ -33,7 +33,7 @@ A = C.Attr
 S = C.Slot
 TM = C.Termination
 B = 420
-D = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
+DS = jnp.arange(B, dtype=jnp.int32) % (C.D_MAX + 1)
 PARAMS = EnvParams()
 ORACLE = make_oracle((C.Env.SUB,))
 
@@ -41,7 +41,7 @@ ORACLE = make_oracle((C.Env.SUB,))
 @pytest.fixture(scope="module")
 def problems(catalog):
     return jax.jit(jax.vmap(generate, (0, None, 0, None)), static_argnums=3)(
-        keys_for(3, B), catalog, D, PARAMS
+        keys_for(3, B), catalog, DS, PARAMS
     )
 
 
@@ -60,7 +60,7 @@ def test_original_witness_and_constraints(catalog, problems):
     attr = np.asarray(cons[0])
     assert np.all(attr[:, 0] == A.CAT)
     n = (attr >= 0).sum(1)
-    assert np.all(n <= np.asarray(Dm.m(D)))
+    assert np.all(n <= np.asarray(D.m(DS)))
     # The compatibility attribute is in C whenever p0 and p1 share it.
     comp = np.asarray(jax.vmap(lambda q: compat_attr(catalog, q))(p.sub_original))
     v0 = np.asarray(attr_values(catalog, p.sub_original))

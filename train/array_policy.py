@@ -40,7 +40,7 @@ from flax import struct
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
-from ecomjax.orders import N_STATUSES, match_line
+from ecomjax.order_history import N_STATUSES, match_line
 from ecomjax.types import Action, Observation, empty_action
 from ecomjax.world import safe
 

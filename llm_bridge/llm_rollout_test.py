@@ -18,7 +18,7 @@ import pytest
 from ecomjax.llm_bridge import cli_rollout as CR
 from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge.backends import Generation, OpenAIBackend, TransformersBackend
-from ecomjax.llm_bridge.rollout import (
+from ecomjax.llm_bridge.llm_rollout import (
     OracleBackend,
     parse_valid,
     problems,

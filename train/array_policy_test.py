@@ -12,7 +12,7 @@ from ecomjax.core import reset
 from ecomjax.registry import family
 from ecomjax.testing import reset_batch
 from ecomjax.tools.validate import hard_fail_kind
-from ecomjax.train.policy import (
+from ecomjax.train.array_policy import (
     ALL_TOOLS,
     HEADS,
     Policy,
