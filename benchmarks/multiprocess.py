@@ -8,6 +8,10 @@ all-gather of the batch's outcome columns (20 bytes an episode), timed alone in 
 processes (median of ``--reps`` after a warm-up, blocked until ready).
 
     python benchmarks/multiprocess.py --tasks C8 --batch 4096 --rounds 3
+    python benchmarks/multiprocess.py --tasks C8 --local-devices 1,2,4   # one process
+
+``--local-devices`` measures the other layout instead: one process whose round is split
+over K host devices (``ecomjax run --devices K``), rows of kind "local_devices".
 
 The N processes share this machine's cores; the point is correctness and what the
 collectives cost (on 2 cores C8 still ran faster with more processes: benchmarks/README.md).
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -75,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=4096)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--processes", default="1,2,4")
+    ap.add_argument("--local-devices", default=None, metavar="K,K,...")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)
@@ -84,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     py = sys.executable
     run = [py, "-m", "ecomjax.cli", "run", "--tasks", args.tasks, "--batch", str(args.batch)]
     run += ["--rounds", str(args.rounds), "--json", "--no-compile-cache"]
+    if args.local_devices:
+        return local_devices(run, [int(k) for k in args.local_devices.split(",")], args, info)
     rows, single, single_outcomes = [], None, None
     for n in [int(x) for x in args.processes.split(",")]:
         t0 = time.perf_counter()
@@ -126,6 +134,47 @@ def main(argv: list[str] | None = None) -> int:
             row["gather_share_of_round"] = row["gather_median_s"] / (
                 args.batch / row["episodes_per_s"]
             )
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    append_rows(args.out, rows)
+    return 0
+
+
+def local_devices(run: list[str], counts: list[int], args, info: dict) -> int:
+    """One process per count K, its round split over K host devices; outcomes (task, d,
+    success) compared with the first count's."""
+    import subprocess
+
+    rows, first = [], None
+    for k in counts:
+        t0 = time.perf_counter()
+        r = subprocess.run(
+            [*run, "--devices", str(k)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        wall = time.perf_counter() - t0
+        if r.returncode != 0:
+            print(r.stderr[-3000:], file=sys.stderr)
+            return 1
+        rep = json.loads(r.stdout.strip().splitlines()[-1])
+        first = first or rep
+        row = {
+            "kind": "local_devices",
+            "tasks": args.tasks,
+            "batch": args.batch,
+            "rounds": args.rounds,
+            "devices": k,
+            "episodes_per_s": rep["episodes_per_s"],
+            "env_steps_per_s": rep["env_steps_per_s"],
+            "compile_s": rep["compile_s"],
+            "launch_wall_s": wall,
+            "speedup_vs_first": rep["episodes_per_s"] / first["episodes_per_s"],
+            "same_outcomes_as_first": rep["outcome_digest"] == first["outcome_digest"],
+            "same_curriculum_as_first": rep["curriculum_state"] == first["curriculum_state"],
+            **info,
+        }
         rows.append(row)
         print(json.dumps(row), flush=True)
     append_rows(args.out, rows)

@@ -35,6 +35,11 @@ def _run(args: argparse.Namespace) -> int:
     import jax
     from tqdm import tqdm
 
+    if args.devices < 1:
+        print("ecomjax run: --devices must be at least 1", file=sys.stderr)
+        return 2
+    if args.devices > 1:  # on CPU, JAX makes this many host devices (before it starts one)
+        jax.config.update("jax_num_cpu_devices", args.devices)
     try:  # before anything touches a JAX backend
         distributed.initialize(distributed.cluster_from_args(args))
     except (ValueError, RuntimeError) as exc:
@@ -66,8 +71,21 @@ def _run(args: argparse.Namespace) -> int:
         bar.update(1)
         bar.set_postfix({t: f"[{lo},{hi}]" for t, (lo, hi) in window.items()})
 
+    mesh = None
+    if args.devices > 1 and jax.process_count() == 1:
+        from ecomjax.sharding import batch_mesh
+
+        local = jax.local_devices()
+        if len(local) < args.devices:
+            print(
+                f"ecomjax run: --devices {args.devices}, but this process has "
+                f"{len(local)} {local[0].platform} device(s)",
+                file=sys.stderr,
+            )
+            return 2
+        mesh = batch_mesh(local[: args.devices])
     try:
-        result = run(cfg, progress)
+        result = run(cfg, progress, mesh=mesh)
     except distributed.PeerLost as exc:
         bar.close()
         print(f"ecomjax run: {exc}", file=sys.stderr)
@@ -130,6 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="STEPS",
         help="training mode: rounds of STEPS steps in which ended lanes start their next "
         "episode (0, the default: each round plays fresh episodes to the end)",
+    )
+    run.add_argument(
+        "--devices",
+        type=int,
+        default=1,
+        metavar="K",
+        help="split every round over K of this process's devices; on CPU, JAX is given K "
+        "host devices, so one per core keeps every core busy (batch: a multiple of K x tasks)",
     )
     run.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     run.add_argument("--progress", action="store_true", help="show the progress bar with --json")

@@ -85,6 +85,7 @@ class RunResult:
     outcome_digest: str = ""
     state: dict[str, list[int]] = field(default_factory=dict)  # final curriculum l, h, a, b
     processes: int = 1
+    devices: int = 1  # over which the batch was split (every process's)
 
     @property
     def episodes_per_s(self) -> float:
@@ -110,6 +111,7 @@ class RunResult:
             "outcome_digest": self.outcome_digest,
             "curriculum_state": self.state,
             "processes": self.processes,
+            "devices": self.devices,
         }
 
 
@@ -165,7 +167,7 @@ class _Tally:
         if self.progress is not None:
             self.progress(rnd, self.history[-1])
 
-    def result(self, compile_s: float) -> RunResult:
+    def result(self, compile_s: float, devices: int = 1) -> RunResult:
         return RunResult(
             episodes=self.episodes,
             env_steps=self.steps,
@@ -183,6 +185,7 @@ class _Tally:
             if self.cstate is not None
             else {},
             processes=jax.process_count(),
+            devices=devices,
         )
 
 
@@ -390,7 +393,7 @@ def run(
             out = tally.timed(fn, catalog, cstate, key, first, fixed, use_fixed)
         cstate, d, cols, n_steps = out
         tally.record(rnd, cstate, task, d, cols, n_steps)
-    return tally.result(compile_s)
+    return tally.result(compile_s, 1 if mesh is None else mesh.size)
 
 
 def _run_autoreset(cfg, tasks, plan, agent, params, ccfg, mode, catalog, progress) -> RunResult:

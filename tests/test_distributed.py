@@ -108,6 +108,28 @@ def test_processes_equal_one_process(n, tasks, batch, exact_floats):
         }
 
 
+def test_local_devices_equal_one_device():
+    """``ecomjax run --devices 2``: one process, two CPU host devices (what keeps both
+    cores of a CPU busy), the same episodes and curriculum as one device; a batch that does
+    not split and a count below 1 are refused before anything compiles."""
+    tasks, batch, rounds = "CART,STATUS", 32, 4
+    want = run(RunConfig(tasks=tasks, batch=batch, rounds=rounds, catalog_size=200, seed=3))
+
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=1500)
+
+    (got,) = _reports([cli(*_cli(tasks, batch, rounds, "--devices", "2"))])
+    assert (got["processes"], got["devices"]) == (1, 2)
+    assert got["digest"] == want.digest and got["outcome_digest"] == want.outcome_digest
+    assert got["curriculum_state"] == want.state
+    for argv, message in [
+        (_cli(tasks, 6, 1, "--devices", "2"), "batch must be a multiple of 4"),
+        (_cli(tasks, 8, 1, "--devices", "0"), "--devices must be at least 1"),
+    ]:
+        r = cli(*argv)
+        assert r.returncode == 2 and message in r.stderr, r.stderr[-2000:]
+
+
 @pytest.mark.parametrize("n", [2, 4])
 def test_row_sharded_retrieval_across_processes(n):
     """The catalog's rows split over n processes (each reads only its own rows); the exact
