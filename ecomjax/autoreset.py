@@ -94,11 +94,6 @@ class Completed:
     reward: RewardInfo
 
 
-# The oracle's mean turns per episode at the curriculum's d (benchmarks/families.py).
-MEAN_TURNS = {
-    C.Env.PD: 3, C.Env.SUB: 3, C.Env.CART: 3, C.Env.RETURN: 3,
-    C.Env.STATUS: 2, C.Env.POLICY: 2, C.Env.BUNDLE: 3, C.Env.JOURNEY: 11,
-}  # fmt: skip
 SLACK = 1.2  # slots per expected completion, for bursts of short episodes
 
 
@@ -106,7 +101,7 @@ def default_slots(plan: Plan) -> tuple[int, ...]:
     """Recycle slots per slice: ``SLACK`` times the completions expected per step."""
     out = []
     for entry in plan:
-        turns = MEAN_TURNS[family(entry[0]).env]
+        turns = family(entry[0]).mean_turns
         out.append(min(entry[1], max(1, math.ceil(SLACK * entry[1] / turns))))
     return tuple(out)
 

@@ -1,56 +1,28 @@
-"""Families by name: plain functions and params, never a jitted class (DESIGN)."""
+"""Families by name: the descriptors of ``ecomjax.family``, never a jitted class (DESIGN)."""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from typing import NamedTuple
-
 from ecomjax import constants as C
+from ecomjax.envs.journey.family import FAMILY as JOURNEY
+from ecomjax.envs.subgoal_families import SUBGOAL_FAMILIES
+from ecomjax.family import Family
 
-# env -> the package under ecomjax.envs that holds its generator, verifier and oracle.
-PACKAGES: dict[C.Env, str] = {
-    C.Env.PD: "pd",
-    C.Env.SUB: "sub",
-    C.Env.CART: "cart",
-    C.Env.RETURN: "returns",
-    C.Env.STATUS: "status",
-    C.Env.POLICY: "policy",
-    C.Env.BUNDLE: "bundle",
-    C.Env.JOURNEY: "journey",
-}
+__all__ = ["FAMILIES", "Family", "by_env", "family", "resolve_tasks"]
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (*SUBGOAL_FAMILIES, JOURNEY)}
+assert [f.env for f in FAMILIES.values()] == list(C.Env), "one descriptor per Env, in order"
 
 
-class Family(NamedTuple):
-    name: str
-    env: C.Env
-    generate: Callable  # (key, catalog, d, params) -> Problem
-
-
-def module(env: C.Env, part: str):
-    """``ecomjax.envs.<family>.<part>`` (generator, verifier, oracle, ...)."""
-    return importlib.import_module(f"ecomjax.envs.{PACKAGES[C.Env(env)]}.{part}")
-
-
-def _landed() -> dict[str, Family]:
-    out = {}
-    for env in C.Env:
-        try:
-            gen = module(env, "generator").generate
-        except (ModuleNotFoundError, AttributeError):
-            continue
-        out[env.name] = Family(env.name, env, gen)
-    return out
-
-
-FAMILIES: dict[str, Family] = _landed()
+def by_env(env: int) -> Family:
+    """The family whose env id is ``env``."""
+    return FAMILIES[C.Env(int(env)).name]
 
 
 def family(name: str) -> Family:
     key = name.upper()
     if key not in FAMILIES:
-        landed = ", ".join(sorted(FAMILIES))
-        raise KeyError(f"unknown or not yet implemented task family {name!r}; available: {landed}")
+        known = ", ".join(FAMILIES)
+        raise KeyError(f"unknown task family {name!r}; available: {known}")
     return FAMILIES[key]
 
 

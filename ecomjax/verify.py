@@ -6,35 +6,21 @@ per slice)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
-from ecomjax.envs.bundle.verifier import verify as verify_bundle
-from ecomjax.envs.cart.verifier import verify as verify_cart
-from ecomjax.envs.pd.verifier import verify as verify_pd
-from ecomjax.envs.policy.verifier import verify as verify_policy
-from ecomjax.envs.returns.verifier import verify as verify_return
-from ecomjax.envs.status.verifier import verify as verify_status
-from ecomjax.envs.sub.verifier import verify as verify_sub
+from ecomjax.envs.subgoal_families import SUBGOAL_FAMILIES
+from ecomjax.family import Verify
 from ecomjax.types import AnswerFields, Dialogue, Problem, Score, World, make_score
 from ecomjax.world import unknown_if_hallucinated
 
 E = C.Env
-# (catalog, problem, world, dialogue, answer, has_answer) -> Score
-Verifier = Callable[[Catalog, Problem, World, Dialogue, AnswerFields, jax.Array], Score]
-VERIFIERS: dict[int, Verifier] = {
-    E.PD: verify_pd,
-    E.SUB: verify_sub,
-    E.CART: verify_cart,
-    E.RETURN: verify_return,
-    E.STATUS: verify_status,
-    E.POLICY: verify_policy,
-    E.BUNDLE: verify_bundle,
-}
+# Every family with a verifier of its own, in env order (JOURNEY is scored from these).
+VERIFIERS: dict[int, Verify] = {f.env: f.verify for f in SUBGOAL_FAMILIES}
 ALL_FAMILIES: tuple[int, ...] = tuple(E)
 
 

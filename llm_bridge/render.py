@@ -29,6 +29,7 @@ from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge.ids import IdCodec
 from ecomjax.llm_bridge.templates import EPOCH, Lexicon, day_text, exact_text
 from ecomjax.order_history import INELIGIBLE_NAMES, METHOD_NAMES, REASON_NAMES, OrderStatus
+from ecomjax.registry import FAMILIES
 from ecomjax.types import Action, ToolResults
 
 T = C.Tool
@@ -51,25 +52,8 @@ ERROR_MESSAGES: dict[int, str] = {
 }
 HARD_FAIL_NAMES: tuple[str, ...] = tuple(h.name.lower() for h in C.HardFail)
 
-# What each env asks of the agent (SPEC §8), for the system message.
-TASKS: dict[int, str] = {
-    E.PD: "Find the products the customer asks for and recommend the best ones, best first, "
-    "in the order of the customer's stated priority.",
-    E.SUB: "The product the customer wanted is out of stock: recommend similar in-stock "
-    "alternatives that meet the customer's requirements, most similar first.",
-    E.CART: "Put exactly the items, variants and quantities the customer wants into the cart, "
-    "then submit the answer.",
-    E.RETURN: "Find the order line the customer wants to return, start the return (with a "
-    "replacement if wanted) and answer with the order and line ids.",
-    E.STATUS: "Find the order the customer means and answer with its id and current status.",
-    E.POLICY: "Answer the customer's store-policy question from the policy rules and the "
-    "customer's situation.",
-    E.BUNDLE: "Recommend one in-stock product for each category the customer's project needs, "
-    "within the budget if one is given.",
-    E.JOURNEY: "The customer has several requests in one conversation. Handle each one; store "
-    "each request's answer in subgoal_answers at its index (done=false keeps the "
-    "conversation going) and finish with done=true.",
-}
+# What each env asks of the agent (SPEC §8), for the system message: its descriptor's text.
+TASKS: dict[int, str] = {f.env: f.task_text for f in FAMILIES.values()}
 
 
 def _round(x: float, nd: int) -> float:

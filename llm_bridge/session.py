@@ -49,6 +49,7 @@ from ecomjax.llm_bridge.render import (
     tool_message,
 )
 from ecomjax.program_cache import KeptJit
+from ecomjax.registry import FAMILIES
 from ecomjax.registry import family as get_family
 from ecomjax.tools.search import resolve_searches
 from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, TimeStep, no_search
@@ -59,17 +60,8 @@ E = C.Env
 TM_ = C.Termination
 SearchFn = Callable[[Catalog, EpisodeState, Action, EnvParams], SearchResults]
 
-# Per-env names of RewardInfo.detail (the family verifiers' components, ecomjax.verify).
-DETAIL_NAMES: dict[int, tuple[str, ...]] = {
-    E.PD: ("r_rank", "r_cons", "r_avail"),
-    E.SUB: ("r_rank", "", "r_avail"),
-    E.CART: ("f1",),
-    E.RETURN: ("r_sel", "r_ret", "r_rep"),
-    E.STATUS: ("r_oid", "r_stat"),
-    E.POLICY: ("rho",),
-    E.BUNDLE: ("f1", "pen"),
-    E.JOURNEY: ("subgoals_correct",),
-}
+# Per-env names of RewardInfo.detail (each family's descriptor states its verifier's).
+DETAIL_NAMES: dict[int, tuple[str, ...]] = {f.env: f.details for f in FAMILIES.values()}
 # FAST_COMPILE (re-exported here) cuts CPU compile time for the host's single-episode
 # functions; it costs step time, which an LLM host does not notice.
 

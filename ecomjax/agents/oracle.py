@@ -17,17 +17,12 @@ import jax.numpy as jnp
 
 from ecomjax import constants as C
 from ecomjax.agents.base import Agent
-from ecomjax.registry import module
+from ecomjax.family import OraclePlan
+from ecomjax.registry import by_env
 
 
-def _plans(families: Sequence[int]) -> dict[int, object]:
-    out = {}
-    for f in sorted({int(x) for x in families}):
-        try:
-            out[f] = module(C.Env(f), "oracle")
-        except ModuleNotFoundError:
-            continue
-    return out
+def _plans(families: Sequence[int]) -> dict[int, OraclePlan]:
+    return {f: by_env(f).oracle for f in sorted({int(x) for x in families})}
 
 
 def make_oracle(families: Sequence[int] = tuple(C.Env)) -> Agent:

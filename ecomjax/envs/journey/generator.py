@@ -15,13 +15,14 @@ import jax.numpy as jnp
 from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
-from ecomjax.registry import module
+from ecomjax.envs.subgoal_families import SUBGOAL_FAMILIES
 from ecomjax.sampling import base_problem, random_history, stream
 from ecomjax.types import EnvParams, Problem
 
 E = C.Env
 MS = C.MAX_SUBGOALS
-SUB_FAMILIES: tuple[E, ...] = (E.PD, E.SUB, E.CART, E.RETURN, E.STATUS, E.POLICY, E.BUNDLE)
+SUB_FAMILIES: tuple[E, ...] = tuple(f.env for f in SUBGOAL_FAMILIES)
+FILLS = {f.env: f.fill for f in SUBGOAL_FAMILIES}
 ORDER_FAMILIES = (E.RETURN, E.STATUS)
 SUBGOAL_KEY = 0x100
 
@@ -46,7 +47,7 @@ def generate(key: jax.Array, catalog: Catalog, d: jax.Array, params: EnvParams) 
         chosen = (fams == fam).any()
         sub = jnp.argmax(fams == fam).astype(jnp.int32)
         k = jax.random.fold_in(key, SUBGOAL_KEY + sub)
-        fill = module(fam, "generator").fill
+        fill = FILLS[fam]
         if fam in ORDER_FAMILIES:
             cand = fill(k, catalog, d, params, problem, sub, h)
         else:

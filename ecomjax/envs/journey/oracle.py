@@ -27,7 +27,7 @@ from flax import struct
 
 from ecomjax import constants as C
 from ecomjax.envs.pd.oracle import drop_shocked
-from ecomjax.registry import module
+from ecomjax.envs.subgoal_families import SUBGOAL_FAMILIES
 from ecomjax.types import (
     Observation,
     UserAct,
@@ -39,7 +39,8 @@ from ecomjax.types import (
 
 E = C.Env
 MS = C.MAX_SUBGOALS
-FAMILIES: tuple[E, ...] = (E.PD, E.SUB, E.CART, E.RETURN, E.STATUS, E.POLICY, E.BUNDLE)
+FAMILIES: tuple[E, ...] = tuple(f.env for f in SUBGOAL_FAMILIES)
+PLANS = {f.env: f.oracle for f in SUBGOAL_FAMILIES}
 RANKED_PLANS: tuple[E, ...] = (E.PD, E.SUB)  # families whose stored answer a shock can spoil
 RANKED = jnp.array(RANKED_PLANS)
 
@@ -111,7 +112,7 @@ class JourneyMemory:
 
 def init_memory() -> JourneyMemory:
     return JourneyMemory(
-        plans={E(f).name: module(f, "oracle").init_memory() for f in FAMILIES},
+        plans={E(f).name: PLANS[f].init_memory() for f in FAMILIES},
         known=_known_from(empty_user_act()),
         sub_env=jnp.full(MS, -1, jnp.int32),
         n_subgoals=jnp.int32(0),
@@ -161,7 +162,7 @@ def act(mem: JourneyMemory, obs: Observation, catalog, sub=0):
                 lambda a, b, own=own: jnp.where(own, a, b), obs.results, empty_results()
             ),
         )
-        new_plans[name], outputs[f] = module(f, "oracle").act(mem.plans[name], view, catalog, slot)
+        new_plans[name], outputs[f] = PLANS[f].act(mem.plans[name], view, catalog, slot)
         slot_of[f] = slot
 
     # Closing: once every sub-goal has an answer, the spoiled PD/SUB answers are re-made

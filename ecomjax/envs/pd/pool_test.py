@@ -18,7 +18,7 @@ from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax.constraints import IS_NUMERIC, attr_values, feasible
 from ecomjax.envs.pd.shortcut import repeat_one_id_agent
-from ecomjax.registry import family, module
+from ecomjax.registry import family
 from ecomjax.rollout import run_plan_jit
 from ecomjax.testing import reset_batch
 from ecomjax.types import EnvParams, empty_answer_fields
@@ -194,7 +194,7 @@ def test_exchange_reservation_makes_a_unit_unavailable(catalog, problems, name):
     rec = np.full(C.MAX_ANSWER_IDS, -1, np.int32)
     rec[0] = pid
     ans = empty_answer_fields().replace(env=jnp.int32(E[name]), rec=jnp.asarray(rec))
-    verify = jax.jit(module(E[name], "verifier").verify)
+    verify = jax.jit(family(name).verify)
     sc = verify(catalog, p, held, None, ans, jnp.bool_(True))
     assert float(sc.detail[2]) == -1.0  # r_avail: its one entry is unavailable
     assert not bool(_pool(catalog, p, held, ROW[name])[pid])

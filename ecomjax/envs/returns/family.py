@@ -1,0 +1,19 @@
+"""The RETURN family's descriptor (see ``ecomjax.family``)."""
+
+from ecomjax.constants import Env
+from ecomjax.envs.returns import generator, oracle, verifier
+from ecomjax.family import Family
+
+FAMILY = Family(
+    env=Env.RETURN,
+    generate=generator.generate,
+    oracle=oracle,
+    details=("r_sel", "r_ret", "r_rep"),
+    task_text=(
+        "Find the order line the customer wants to return, start the return (with a "
+        "replacement if wanted) and answer with the order and line ids."
+    ),
+    mean_turns=3,
+    verify=verifier.verify,
+    fill=generator.fill,
+)

@@ -1,0 +1,71 @@
+"""A task family as the rest of the system sees it: one typed object per family.
+
+Each ``ecomjax/envs/<family>/family.py`` builds its ``FAMILY`` from the functions beside
+it; ``ecomjax.envs.subgoal_families`` and ``ecomjax.registry`` list them, and the verifier
+table, the oracle and JOURNEY's sub-goals read those lists. No import by name: a family
+that fails to import fails loudly instead of vanishing from a run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import jax
+
+from ecomjax import constants as C
+from ecomjax.catalog.types import Catalog
+from ecomjax.types import (
+    Action,
+    AnswerFields,
+    Dialogue,
+    EnvParams,
+    Observation,
+    Problem,
+    Score,
+    World,
+)
+
+# (key, catalog, d, params) -> Problem
+Generate = Callable[[jax.Array, Catalog, jax.Array, EnvParams], Problem]
+# (catalog, problem, world, dialogue, answer, has_answer) -> Score
+Verify = Callable[[Catalog, Problem, World, Dialogue, AnswerFields, jax.Array], Score]
+# (key, catalog, d, params, problem, sub[, h]) -> problem with sub-goal ``sub`` written
+Fill = Callable[..., Problem]
+
+
+class OraclePlan(Protocol):
+    """The family's solvability witness (SPEC §8.9): it sees observations only. ``sub`` is
+    the sub-goal whose reply rows it reads (0 outside JOURNEY)."""
+
+    def init_memory(self) -> Any: ...
+
+    def act(
+        self, memory: Any, obs: Observation, catalog: Catalog, sub: jax.Array
+    ) -> tuple[Any, Action]: ...
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Family:
+    """What the engine needs from a family. ``verify`` is None for a family scored from its
+    sub-goals (JOURNEY); ``fill`` is set for a family that can be a JOURNEY sub-goal."""
+
+    env: C.Env
+    generate: Generate
+    oracle: OraclePlan
+    # names of the verifier's Score.detail entries, in order ("" for an unused entry)
+    details: tuple[str, ...]
+    # what the family asks of the agent (SPEC §8): the host's system message states it
+    task_text: str
+    # the oracle's mean turns per episode at the curriculum's d (benchmarks/families.py);
+    # auto-reset rounds size their recycle slots by it
+    mean_turns: int
+    verify: Verify | None = None
+    fill: Fill | None = None
+
+    @property
+    def name(self) -> str:
+        return self.env.name
+
+    def __repr__(self) -> str:  # program-cache keys and error messages show the name
+        return f"Family({self.name})"
