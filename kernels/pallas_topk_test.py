@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from topk_oracle import assert_topk_equal, np_topk
 
 from ecomjax.kernels.pallas_topk import default_interpret, pallas_masked_topk
 from ecomjax.kernels.topk import TopK, embedding_scores, masked_topk_reference
+from tests.support.topk_oracle import assert_topk_equal, np_topk
 
 # ------------------------------------------------------------------------------- oracles
 

@@ -18,7 +18,6 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from topk_oracle import assert_topk_equal, np_topk
 
 from ecomjax.kernels.topk import (
     TopK,
@@ -27,6 +26,7 @@ from ecomjax.kernels.topk import (
     masked_topk,
     masked_topk_reference,
 )
+from tests.support.topk_oracle import assert_topk_equal, np_topk
 
 # --------------------------------------------------------------------------- oracle helpers
 # np_topk (the tie rule by definition) and assert_topk_equal live in topk_oracle.py.

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from test_topk import np_topk
 
 from ecomjax.kernels.sharded import merge_topk, pad_rows
 from ecomjax.sharding import run_on_host_devices, shard_plan
+from tests.support.topk_oracle import np_topk
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -16,7 +16,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from test_topk import assert_topk_equal, np_topk
 
 from ecomjax.kernels.topk import (
     _auto_group,
@@ -25,6 +24,7 @@ from ecomjax.kernels.topk import (
     masked_topk,
     masked_topk_reference,
 )
+from tests.support.topk_oracle import assert_topk_equal, np_topk
 
 N, Q = 512, 3
 
