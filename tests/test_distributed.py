@@ -73,16 +73,18 @@ def test_a_batch_that_does_not_split_evenly_is_refused():
 # it): XLA:CPU may contract PD's weighted r_task into an FMA in one batch shape's program
 # and not in another's, one ulp apart (docs/limits.md); d, success and the curriculum
 # still agree bit for bit, and the mean rewards to rounding.
+# k: host devices per process (--devices), so the run spans n * k devices.
 CASES = [
-    pytest.param(2, "CART,STATUS", 32, True, id="2-mixed"),
-    pytest.param(4, "CART", 64, True, id="4-CART"),
-    pytest.param(2, "CART", 32, True, id="2-CART", marks=pytest.mark.slow),
-    pytest.param(2, "C8", 32, False, id="2-C8", marks=pytest.mark.slow),
+    pytest.param(2, "CART,STATUS", 32, True, 1, id="2-mixed"),
+    pytest.param(4, "CART", 64, True, 1, id="4-CART"),
+    pytest.param(2, "CART,STATUS", 32, True, 2, id="2x2-devices-mixed"),
+    pytest.param(2, "CART", 32, True, 1, id="2-CART", marks=pytest.mark.slow),
+    pytest.param(2, "C8", 32, False, 1, id="2-C8", marks=pytest.mark.slow),
 ]
 
 
-@pytest.mark.parametrize("n, tasks, batch, exact_floats", CASES)
-def test_processes_equal_one_process(n, tasks, batch, exact_floats):
+@pytest.mark.parametrize("n, tasks, batch, exact_floats, k", CASES)
+def test_processes_equal_one_process(n, tasks, batch, exact_floats, k):
     """Each of n processes plays 1/n of every slice; all of them report the digest of the
     whole batch's (task, d, success) rows of every round (and of every outcome column),
     the curriculum windows after every round and the final curriculum counters of one
@@ -91,9 +93,10 @@ def test_processes_equal_one_process(n, tasks, batch, exact_floats):
     rounds = 4
     want = run(RunConfig(tasks=tasks, batch=batch, rounds=rounds, catalog_size=200, seed=3))
     assert want.history[0] != want.history[-1], "the curriculum must move for this test to bite"
-    reports = _reports(dist.launch_local(_cli(tasks, batch, rounds), n, timeout=1500))
+    argv = _cli(tasks, batch, rounds, *(["--devices", str(k)] if k > 1 else []))
+    reports = _reports(dist.launch_local(argv, n, timeout=1500))
     for i, got in enumerate(reports):
-        assert got["processes"] == n
+        assert (got["processes"], got["devices"]) == (n, n * k)
         assert got["episodes"] == want.episodes == batch * rounds
         assert got["outcome_digest"] == want.outcome_digest, f"process {i}: episodes differ"
         if exact_floats:
