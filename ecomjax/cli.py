@@ -48,6 +48,19 @@ def _run(args: argparse.Namespace) -> int:
     from ecomjax.runner import RunConfig, run
 
     lead = jax.process_index() == 0  # every process computes the same result; one prints
+    mesh = None  # before the progress bar, so a refusal leaves none behind
+    if args.devices > 1 and jax.process_count() == 1:
+        from ecomjax.sharding import batch_mesh
+
+        local = jax.local_devices()
+        if len(local) < args.devices:
+            print(
+                f"ecomjax run: --devices {args.devices}, but this process has "
+                f"{len(local)} {local[0].platform} device(s)",
+                file=sys.stderr,
+            )
+            return 2
+        mesh = batch_mesh(local[: args.devices])
 
     cfg = RunConfig(
         tasks=args.tasks,
@@ -71,19 +84,6 @@ def _run(args: argparse.Namespace) -> int:
         bar.update(1)
         bar.set_postfix({t: f"[{lo},{hi}]" for t, (lo, hi) in window.items()})
 
-    mesh = None
-    if args.devices > 1 and jax.process_count() == 1:
-        from ecomjax.sharding import batch_mesh
-
-        local = jax.local_devices()
-        if len(local) < args.devices:
-            print(
-                f"ecomjax run: --devices {args.devices}, but this process has "
-                f"{len(local)} {local[0].platform} device(s)",
-                file=sys.stderr,
-            )
-            return 2
-        mesh = batch_mesh(local[: args.devices])
     try:
         result = run(cfg, progress, mesh=mesh)
     except distributed.PeerLost as exc:
