@@ -67,5 +67,5 @@ class Family:
     def name(self) -> str:
         return self.env.name
 
-    def __repr__(self) -> str:  # program-cache keys and error messages show the name
+    def __repr__(self) -> str:  # messages show the name, not every function's address
         return f"Family({self.name})"
