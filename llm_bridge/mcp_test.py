@@ -161,15 +161,17 @@ def test_warmup_at_start_and_a_reset_waits_for_its_family(text):
     app = SV.create_app(text, tasks="STATUS", warmup=True)
     service = app.state.service
     order: list[str] = []
-    gate = threading.Event()
+    gate, entered = threading.Event(), threading.Event()
 
     def warm(family: str) -> None:
+        entered.set()
         assert gate.wait(120)
         order.append(f"warmed {family}")
         service._warm_family(family)
 
     service.warmup = Warmup(service.tasks, warm)
     with TestClient(app) as c:
+        assert entered.wait(120)  # the warm-up thread runs on its own schedule
         h = c.get("/health").json()
         assert h["status"] == "healthy" and not h["ready"]
         assert h["warmup"]["families"] == {"STATUS": "compiling"}
