@@ -67,6 +67,8 @@ ATTR_SLOT = np.array(
 # Slot -> Attr (-1 for slots that are not constraints).
 SLOT_ATTR = np.full(C.N_SLOTS, -1, np.int32)
 SLOT_ATTR[ATTR_SLOT] = np.arange(C.N_ATTRS)
+# The slots that state a filterable constraint besides the category (SPEC §10.1).
+CONSTRAINT_SLOTS = tuple(s for s in S if SLOT_ATTR[s] >= 0 and s != S.CATEGORY)
 
 # NUMERIC_FILTERS index for (attr, direction): the filter a numeric constraint becomes.
 _NUM_FILTER = np.full((C.N_ATTRS, 3), -1, np.int32)  # [attr, op + 1]

@@ -19,6 +19,7 @@ from ecomjax.catalog.types import Catalog
 from ecomjax.envs.cart.customer import CartFeedback, cart_feedback
 from ecomjax.envs.journey.agenda import Agenda, agenda
 from ecomjax.envs.returns.customer import ReturnFeedback, return_feedback
+from ecomjax.registry import by_env
 from ecomjax.tools.execute import TurnScratch
 from ecomjax.types import Action, Dialogue, EnvParams, Problem, UserAct, World, empty_user_act
 from ecomjax.world import safe
@@ -26,50 +27,9 @@ from ecomjax.world import safe
 S = C.Slot
 A = C.Act
 CS = C.ClarifyStatus
-_CONSTRAINT_SLOTS = (
-    S.PRICE,
-    S.RATING,
-    S.RATING_COUNT,
-    S.SHIP_DAYS,
-    S.BRAND,
-    S.STORE,
-    S.COLOR,
-    S.SIZE,
-    S.MATERIAL,
-    S.CONNECTOR_TYPE,
-    S.ITEM_FORM,
-    S.SKIN_TYPE,
-    S.FINISH_TYPE,
-    S.AGE_RANGE,
-    S.WATTAGE,
-    S.WEIGHT_LBS,
-    S.SCREEN_SIZE_INCHES,
-)
-_POLICY_SLOTS = tuple(s for s in S if s >= S.PRODUCT_CATEGORY)
-# Which slots make sense in which env (SPEC §10.1 knowable fields). JOURNEY asks within a
-# sub-goal, so it uses the sub-goal's row.
-_APPLICABLE_SETS = {
-    C.Env.PD: (S.CATEGORY, S.NUM_RESULTS, S.PRIORITY, *_CONSTRAINT_SLOTS),
-    C.Env.SUB: (S.ORIGINAL, S.CATEGORY, S.NUM_RESULTS, *_CONSTRAINT_SLOTS),
-    C.Env.CART: (S.ITEMS, S.VARIANT, S.QUANTITY),
-    C.Env.RETURN: (
-        S.ITEMS,
-        S.PURCHASE_DATE,
-        S.REASON,
-        S.RETURN_METHOD,
-        S.REPLACEMENT,
-        S.CATEGORY,
-        *_CONSTRAINT_SLOTS,
-    ),
-    C.Env.STATUS: (S.ORDER_REFERENCE,),
-    # quantity and return_method are policy facts in POLICY (SPEC §10.1 scope).
-    C.Env.POLICY: (S.TOPIC, S.QUANTITY, S.RETURN_METHOD, *_POLICY_SLOTS),
-    C.Env.BUNDLE: (S.ITEMS, S.BUDGET),
-    C.Env.JOURNEY: (),
-}
-APPLICABLE = np.zeros((len(C.Env), C.N_SLOTS), bool)
-for _env, _slots in _APPLICABLE_SETS.items():
-    APPLICABLE[_env, list(_slots)] = True
+# Which slots make sense in which env, from each family's descriptor (SPEC §10.1 knowable
+# fields). JOURNEY asks within a sub-goal, so it uses the sub-goal's row.
+APPLICABLE = np.stack([by_env(e).slot_mask for e in C.Env])
 # CART quantity has a default (1), so asking for it always gets a value.
 _DEFAULTED = np.zeros((len(C.Env), C.N_SLOTS), bool)
 _DEFAULTED[C.Env.CART, S.QUANTITY] = True

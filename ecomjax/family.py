@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import jax
+import numpy as np
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
@@ -57,6 +58,9 @@ class Family:
     details: tuple[str, ...]
     # what the family asks of the agent (SPEC §8): the host's system message states it
     task_text: str
+    # the slots the customer can be asked about (SPEC §10.1 knowable fields); JOURNEY asks
+    # within a sub-goal, so it declares none and the sub-goal's family answers
+    slots: tuple[C.Slot, ...]
     # the oracle's mean turns per episode at the curriculum's d (benchmarks/families.py);
     # auto-reset rounds size their recycle slots by it
     mean_turns: int
@@ -64,8 +68,19 @@ class Family:
     fill: Fill | None = None
 
     @property
+    def slot_mask(self) -> np.ndarray:
+        return slot_mask(self.slots)
+
+    @property
     def name(self) -> str:
         return self.env.name
 
     def __repr__(self) -> str:  # messages show the name, not every function's address
         return f"Family({self.name})"
+
+
+def slot_mask(slots: tuple[C.Slot, ...]) -> np.ndarray:
+    """bool [N_SLOTS]: True at ``slots`` (an ask_user call's slot row, a table row)."""
+    mask = np.zeros(C.N_SLOTS, bool)
+    mask[list(slots)] = True
+    return mask

@@ -35,7 +35,7 @@ from ecomjax import policy_rules as P
 from ecomjax.catalog.synthetic import describe
 from ecomjax.catalog.types import Catalog, CatalogTables
 from ecomjax.catalog.vocabulary import VOCAB
-from ecomjax.constraints import SLOT_ATTR
+from ecomjax.constraints import CONSTRAINT_SLOTS, SLOT_ATTR
 from ecomjax.envs.bundle.generator import PROJECTS
 from ecomjax.llm_bridge.noise import PROTECT, QUIET, VALUE, strip_markers
 from ecomjax.order_history import METHOD_NAMES, REASON_NAMES
@@ -109,7 +109,6 @@ SLOT_LABELS: dict[int, str] = {
     S.WEIGHT_LBS: "weight",
     S.SCREEN_SIZE_INCHES: "screen size",
 }
-CONSTRAINT_SLOTS: tuple[int, ...] = tuple(s for s in S if SLOT_ATTR[s] >= 0 and s != S.CATEGORY)
 POLICY_FIELD_OF_SLOT: dict[int, int] = {int(s): f for f, s in enumerate(P.FIELD_SLOT)}
 CART_SLOTS = (S.ITEMS, S.VARIANT, S.QUANTITY)
 ACT_NAMES: tuple[str, ...] = tuple(a.name.lower() for a in ACT)

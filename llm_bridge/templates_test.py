@@ -23,6 +23,7 @@ from ecomjax.catalog.synthetic import describe, synthetic_tables
 from ecomjax.catalog.vocabulary import BRANDS, STORES, TAXONOMY, VARIANT_POOL_TEXT, VOCAB
 from ecomjax.constraints import SLOT_ATTR
 from ecomjax.envs.bundle.generator import PROJECT_CATS, PROJECTS
+from ecomjax.envs.subgoal_families import SUBGOAL_FAMILIES
 from ecomjax.llm_bridge import templates
 from ecomjax.llm_bridge.noise import MARKER_CHARS, PROTECT, QUIET, key_rng
 from ecomjax.types import UserAct, empty_user_act
@@ -262,23 +263,7 @@ def fill_items(draw, a, lex: templates.Lexicon, n: int, qty: bool = True, var: b
             a.item_var_nopref[i] = True
 
 
-APPLICABLE = {
-    E.PD: (S.CATEGORY, S.NUM_RESULTS, S.PRIORITY, *CONS),
-    E.SUB: (S.ORIGINAL, S.CATEGORY, S.NUM_RESULTS, *CONS),
-    E.CART: (S.ITEMS, S.VARIANT, S.QUANTITY),
-    E.RETURN: (
-        S.ITEMS,
-        S.PURCHASE_DATE,
-        S.REASON,
-        S.RETURN_METHOD,
-        S.REPLACEMENT,
-        S.CATEGORY,
-        *CONS,
-    ),
-    E.STATUS: (S.ORDER_REFERENCE,),
-    E.POLICY: (S.TOPIC, *(int(s) for s in P.FIELD_SLOT)),
-    E.BUNDLE: (S.ITEMS, S.BUDGET),
-}
+APPLICABLE = {f.env: f.slots for f in SUBGOAL_FAMILIES}  # each family's askable slots
 
 
 def episode(env: int, row: int = 0) -> tuple[int, tuple[int, ...]]:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ecomjax import constants as C
-from ecomjax import verify
+from ecomjax import customer, verify
 from ecomjax.agents import oracle
 from ecomjax.envs.journey import generator as journey_generator
 from ecomjax.envs.journey import oracle as journey_oracle
@@ -49,6 +50,41 @@ def test_every_table_reads_the_descriptors():
     assert {f.env: f.fill for f in SUBGOAL_FAMILIES} == journey_generator.FILLS
     assert {f.env: f.oracle for f in SUBGOAL_FAMILIES} == journey_oracle.PLANS
     assert oracle._plans(tuple(C.Env)) == {int(f.env): f.oracle for f in FAMILIES.values()}
+
+
+def test_the_customers_slot_table_is_the_descriptors():
+    """Which slots the customer can be asked about in each env (SPEC §10.1) comes from the
+    descriptors; the values are the table customer.py held before (spot-checked rows)."""
+    S = C.Slot
+    for fam in FAMILIES.values():
+        assert customer.APPLICABLE[fam.env].tolist() == fam.slot_mask.tolist(), fam
+        assert len(set(fam.slots)) == len(fam.slots), fam  # no slot twice
+    assert set(np.flatnonzero(customer.APPLICABLE[C.Env.CART])) == {S.ITEMS, S.VARIANT, S.QUANTITY}
+    assert np.flatnonzero(customer.APPLICABLE[C.Env.STATUS]).tolist() == [S.ORDER_REFERENCE]
+    assert customer.APPLICABLE[C.Env.PD].sum() == 20 and customer.APPLICABLE[C.Env.SUB].sum() == 20
+    assert (
+        customer.APPLICABLE[C.Env.RETURN].sum() == 23
+        and not customer.APPLICABLE[C.Env.JOURNEY].any()
+    )
+
+
+def test_no_family_imports_the_customer():
+    """The customer imports the families (their descriptors, reply hooks); a family that
+    imported the customer back made the cycle issue 18 names. Tests may."""
+    bad = []
+    for p in (ROOT / "ecomjax" / "envs").rglob("*.py"):
+        if p.name.endswith("_test.py"):
+            continue
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.ImportFrom) and node.module == "ecomjax.customer":
+                bad.append(f"{p.relative_to(ROOT)}:{node.lineno}")
+            if isinstance(node, ast.ImportFrom) and node.module == "ecomjax":
+                bad += [
+                    f"{p.relative_to(ROOT)}:{node.lineno}"
+                    for a in node.names
+                    if a.name == "customer"
+                ]
+    assert not bad, bad
 
 
 def test_an_unknown_family_is_an_error():

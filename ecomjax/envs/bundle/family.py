@@ -13,6 +13,7 @@ FAMILY = Family(
         "Recommend one in-stock product for each category the customer's project needs, "
         "within the budget if one is given."
     ),
+    slots=generator.SLOTS,
     mean_turns=3,
     verify=verifier.verify,
     fill=generator.fill,

@@ -23,6 +23,8 @@ from ecomjax.sampling import append_protected, base_problem, omission, stream
 from ecomjax.types import EnvParams, Problem
 
 S = C.Slot
+# The slots the customer can be asked about (SPEC §10.1 knowable fields).
+SLOTS = (S.ITEMS, S.BUDGET)
 MB = C.MAX_BUNDLE_SLOTS
 P_BUDGET = 0.6
 U_LO, U_HI = 52429, 98304  # U(0.8, 1.5) on a 2^-16 grid: ⌈0.8·2^16⌉ .. 1.5·2^16 (exclusive)

@@ -13,6 +13,7 @@ FAMILY = Family(
         "Put exactly the items, variants and quantities the customer wants into the cart, "
         "then submit the answer."
     ),
+    slots=generator.SLOTS,
     mean_turns=3,
     verify=verifier.verify,
     fill=generator.fill,

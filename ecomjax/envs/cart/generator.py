@@ -21,6 +21,8 @@ from ecomjax.sampling import (
 from ecomjax.types import EnvParams, Problem
 
 S = C.Slot
+# The slots the customer can be asked about (SPEC §10.1 knowable fields).
+SLOTS = (S.ITEMS, S.VARIANT, S.QUANTITY)
 MI = C.MAX_ITEMS
 MAX_QTY = 4
 

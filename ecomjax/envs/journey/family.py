@@ -15,5 +15,6 @@ FAMILY = Family(
         "each request's answer in subgoal_answers at its index (done=false keeps the "
         "conversation going) and finish with done=true."
     ),
+    slots=generator.SLOTS,
     mean_turns=11,
 )

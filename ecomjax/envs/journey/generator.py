@@ -21,6 +21,8 @@ from ecomjax.types import EnvParams, Problem
 
 E = C.Env
 MS = C.MAX_SUBGOALS
+# None of its own: the customer answers within a sub-goal, by the sub-goal family's slots.
+SLOTS: tuple[C.Slot, ...] = ()
 SUB_FAMILIES: tuple[E, ...] = tuple(f.env for f in SUBGOAL_FAMILIES)
 FILLS = {f.env: f.fill for f in SUBGOAL_FAMILIES}
 ORDER_FAMILIES = (E.RETURN, E.STATUS)

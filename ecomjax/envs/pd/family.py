@@ -13,6 +13,7 @@ FAMILY = Family(
         "Find the products the customer asks for and recommend the best ones, best first, "
         "in the order of the customer's stated priority."
     ),
+    slots=generator.SLOTS,
     mean_turns=3,
     verify=verifier.verify,
     fill=generator.fill,

@@ -12,6 +12,7 @@ from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import (
     ATTR_SLOT,
+    CONSTRAINT_SLOTS,
     attr_mask,
     constraint_values,
     gen_constraint_units,
@@ -31,6 +32,8 @@ from ecomjax.types import EnvParams, Problem
 
 A = C.Attr
 S = C.Slot
+# The slots the customer can be asked about (SPEC §10.1 knowable fields).
+SLOTS = (S.CATEGORY, S.NUM_RESULTS, S.PRIORITY, *CONSTRAINT_SLOTS)
 MC = C.MAX_CONSTRAINTS
 
 

@@ -15,8 +15,9 @@ from flax import struct
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import constraints_from_slots, feasible, to_filters
-from ecomjax.customer import APPLICABLE
+from ecomjax.envs.pd import generator
 from ecomjax.envs.pd.verifier import priority_key
+from ecomjax.family import slot_mask
 from ecomjax.slot_memory import SlotMemory, empty_slots, listen
 from ecomjax.types import Action, Observation, empty_action
 
@@ -121,11 +122,6 @@ def top_by(ids: jax.Array, valid: jax.Array, key: jax.Array, k: jax.Array) -> ja
     return out.at[: C.MAX_K_REC].set(jnp.where(live, best, -1))
 
 
-def ask_slots(env: int) -> jax.Array:
-    """bool [N_SLOTS]: every slot of the env (SPEC §8.9: ask for all in the first ask)."""
-    return jnp.asarray(APPLICABLE[env])
-
-
 def search_call(
     action: Action, i: int, catalog: Catalog, slots: SlotMemory, sort: jax.Array, product=-1
 ) -> Action:
@@ -147,11 +143,13 @@ def search_call(
     )
 
 
-def ask_call(action: Action, i: int, env: int) -> Action:
+def ask_call(action: Action, i: int, slots: tuple[C.Slot, ...]) -> Action:
+    """Call slot i = ask_user for every one of ``slots`` (SPEC §8.9: the family's knowable
+    slots, all in the first ask)."""
     return action.replace(
         tool=action.tool.at[i].set(T.ASK_USER),
         enum_b=action.enum_b.at[i].set(-1),
-        slots=action.slots.at[i].set(ask_slots(env)),
+        slots=action.slots.at[i].set(jnp.asarray(slot_mask(slots))),
     )
 
 
@@ -180,7 +178,7 @@ def act(
     search_now = mem.asked & ~answer_now
 
     base = empty_action(catalog.embed_dim).replace(has_message=jnp.bool_(True))
-    ask = ask_call(base, 0, C.Env.PD)
+    ask = ask_call(base, 0, generator.SLOTS)
     search = search_call(base, 0, catalog, slots, prio + 1)
     rec = top_by(cards.ids, valid, priority_key(catalog, cards.ids, prio), k)
     answer = with_answer(base, C.Env.PD, rec, jnp.bool_(True))

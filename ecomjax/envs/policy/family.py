@@ -13,6 +13,7 @@ FAMILY = Family(
         "Answer the customer's store-policy question from the policy rules and the "
         "customer's situation."
     ),
+    slots=generator.SLOTS,
     mean_turns=2,
     verify=verifier.verify,
     fill=generator.fill,

@@ -26,6 +26,9 @@ from ecomjax.sampling import TRIES, base_problem, omission, stream
 from ecomjax.types import MAX_FACTS, EnvParams, Problem
 
 S = C.Slot
+# The slots the customer can be asked about (SPEC §10.1 knowable fields).
+# quantity and return_method are policy facts here (SPEC §10.1 scope).
+SLOTS = (S.TOPIC, S.QUANTITY, S.RETURN_METHOD, *(s for s in S if s >= S.PRODUCT_CATEGORY))
 T = P.TABLES
 NF = P.N_FIELDS
 P_NEAR_MISS = 2.0 / 3.0  # SPEC §9.5 rank spread, for B_branch >= 2

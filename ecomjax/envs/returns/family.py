@@ -13,6 +13,7 @@ FAMILY = Family(
         "Find the order line the customer wants to return, start the return (with a "
         "replacement if wanted) and answer with the order and line ids."
     ),
+    slots=generator.SLOTS,
     mean_turns=3,
     verify=verifier.verify,
     fill=generator.fill,

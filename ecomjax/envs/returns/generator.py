@@ -11,12 +11,28 @@ from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax import order_history as O
 from ecomjax.catalog.types import Catalog
-from ecomjax.constraints import ATTR_SLOT, attr_mask, gen_constraints, write_constraint_slots
+from ecomjax.constraints import (
+    ATTR_SLOT,
+    CONSTRAINT_SLOTS,
+    attr_mask,
+    gen_constraints,
+    write_constraint_slots,
+)
 from ecomjax.envs.cart.generator import omission
 from ecomjax.sampling import base_problem, stream, taken_products
 from ecomjax.types import EnvParams, Problem
 
 S = C.Slot
+# The slots the customer can be asked about (SPEC §10.1 knowable fields).
+SLOTS = (
+    S.ITEMS,
+    S.PURCHASE_DATE,
+    S.REASON,
+    S.RETURN_METHOD,
+    S.REPLACEMENT,
+    S.CATEGORY,
+    *CONSTRAINT_SLOTS,
+)
 I32 = jnp.int32
 MO, ML, MC = C.MAX_ORDERS, C.MAX_ORDER_LINES, C.MAX_CONSTRAINTS
 REP = 2  # Problem.cons_* row of the RETURN replacement

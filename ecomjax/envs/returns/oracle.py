@@ -17,7 +17,8 @@ from flax import struct
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import constraints_from_slots, feasible, to_filters
-from ecomjax.customer import APPLICABLE
+from ecomjax.envs.returns import generator
+from ecomjax.family import slot_mask
 from ecomjax.order_history import match_line
 from ecomjax.slot_memory import SlotMemory, empty_slots, listen
 from ecomjax.types import Action, Observation, empty_action
@@ -27,7 +28,7 @@ S = C.Slot
 I32 = jnp.int32
 SEARCH_TOP_K = 200  # the tool clamps it to top_k(d)
 HISTORY_DAYS = 365
-ASK_SLOTS = APPLICABLE[C.Env.RETURN]
+ASK_SLOTS = slot_mask(generator.SLOTS)
 
 
 @struct.dataclass

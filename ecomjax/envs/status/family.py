@@ -10,6 +10,7 @@ FAMILY = Family(
     oracle=oracle,
     details=("r_oid", "r_stat"),
     task_text="Find the order the customer means and answer with its id and current status.",
+    slots=generator.SLOTS,
     mean_turns=2,
     verify=verifier.verify,
     fill=generator.fill,

@@ -15,6 +15,8 @@ from ecomjax.sampling import base_problem, stream
 from ecomjax.types import EnvParams, Problem
 
 S = C.Slot
+# The slots the customer can be asked about (SPEC §10.1 knowable fields).
+SLOTS = (S.ORDER_REFERENCE,)
 I32 = jnp.int32
 
 

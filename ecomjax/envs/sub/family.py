@@ -13,6 +13,7 @@ FAMILY = Family(
         "The product the customer wanted is out of stock: recommend similar in-stock "
         "alternatives that meet the customer's requirements, most similar first."
     ),
+    slots=generator.SLOTS,
     mean_turns=3,
     verify=verifier.verify,
     fill=generator.fill,

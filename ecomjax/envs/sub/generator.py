@@ -13,6 +13,7 @@ from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import (
     ATTR_SLOT,
+    CONSTRAINT_SLOTS,
     attr_mask,
     attr_present,
     attr_values,
@@ -35,6 +36,8 @@ from ecomjax.types import EnvParams, Problem
 
 A = C.Attr
 S = C.Slot
+# The slots the customer can be asked about (SPEC §10.1 knowable fields).
+SLOTS = (S.ORIGINAL, S.CATEGORY, S.NUM_RESULTS, *CONSTRAINT_SLOTS)
 MC = C.MAX_CONSTRAINTS
 COMPAT = (A.CONNECTOR_TYPE, A.SIZE, A.MATERIAL)  # in preference order
 

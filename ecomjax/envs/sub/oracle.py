@@ -39,6 +39,7 @@ from ecomjax.envs.pd.oracle import (
     valid_cards,
     with_answer,
 )
+from ecomjax.envs.sub import generator
 from ecomjax.slot_memory import SlotMemory, empty_slots, listen
 from ecomjax.types import Action, Observation, empty_action
 
@@ -158,7 +159,7 @@ def act(
     find_now = (p0 < 0) & (mem.asked | (obs.tool_budget >= 2))
 
     base = empty_action(catalog.embed_dim).replace(has_message=jnp.bool_(True))
-    ask = ask_call(base, 0, C.Env.SUB)
+    ask = ask_call(base, 0, generator.SLOTS)
     budget = obs.tool_budget
     ask = pick(find_now, find_calls(ask, 1, budget, catalog, slots), ask)
     find = find_calls(base, 0, budget, catalog, slots)
