@@ -78,6 +78,10 @@ def test_no_family_imports_the_customer():
         for node in ast.walk(ast.parse(p.read_text(), str(p))):
             if isinstance(node, ast.ImportFrom) and node.module == "ecomjax.customer":
                 bad.append(f"{p.relative_to(ROOT)}:{node.lineno}")
+            if isinstance(node, ast.Import) and any(
+                a.name == "ecomjax.customer" for a in node.names
+            ):
+                bad.append(f"{p.relative_to(ROOT)}:{node.lineno}")
             if isinstance(node, ast.ImportFrom) and node.module == "ecomjax":
                 bad += [
                     f"{p.relative_to(ROOT)}:{node.lineno}"
