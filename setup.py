@@ -1,10 +1,14 @@
-"""Maps the design card's top-level folders into the single ``ecomjax`` namespace."""
+"""Maps the design card's top-level folders into the single ``ecomjax`` namespace.
+
+The device kernels live inside the core (``ecomjax/kernels/``), not at the top level: a
+top-level ``kernels/`` shadows Hugging Face's ``kernels`` package (a dependency of
+transformers >= 5.25) whenever the checkout is on ``sys.path`` (pytest, ``python -m``), and
+transformers then fails to import (docs/design.md, "Layout")."""
 
 from setuptools import find_packages, setup
 
 ROOTS = {
     "ecomjax": "ecomjax",
-    "ecomjax.kernels": "kernels",
     "ecomjax.llm_bridge": "llm_bridge",
     "ecomjax.train": "train",
 }

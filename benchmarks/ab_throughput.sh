@@ -24,8 +24,9 @@ out="$root/benchmarks/results/ab_throughput.jsonl"
 tree=$(mktemp -d)
 trap 'git -C "$root" worktree remove --force "$tree" >/dev/null 2>&1 || true' EXIT
 git -C "$root" worktree add -q --detach "$tree" "$rev"
-# setup.py maps the top-level kernels/, llm_bridge/ and train/ into ecomjax.*; without these
-# links the editable install's finder would serve the old side this checkout's copies.
+# setup.py maps the top-level llm_bridge/ and train/ (and, in trees before 2026-12-03,
+# kernels/) into ecomjax.*; without these links the editable install's finder would serve
+# the old side this checkout's copies.
 for part in kernels llm_bridge train; do
   [ -d "$tree/$part" ] && [ ! -e "$tree/ecomjax/$part" ] && ln -s "../$part" "$tree/ecomjax/$part"
 done

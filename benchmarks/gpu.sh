@@ -39,9 +39,9 @@ EOF
 stage retrieval 150 "$PY" benchmarks/retrieval.py --n 100000 1000000 --d 64 384 --k 10 200 \
   --dtypes float32 bfloat16 --chunks 262144 --repeats 5 --out "$DEST/retrieval.jsonl"
 
-# 1b. The Pallas kernel (kernels/pallas_topk.py) compiled for the GPU: queries/s at N = 1M
+# 1b. The Pallas kernel (ecomjax/kernels/pallas_topk.py) compiled for the GPU: queries/s at N = 1M
 #     (k = 10; it suits k <= ~64). Its rows carry the id agreement with faiss when faiss is
-#     there; `pytest kernels/pallas_topk_test.py -k compiled_gpu` checks exactness.
+#     there; `pytest ecomjax/kernels/pallas_topk_test.py -k compiled_gpu` checks exactness.
 stage retrieval_pallas 90 "$PY" benchmarks/retrieval.py --impl pallas --n 1000000 --d 64 384 \
   --k 10 --dtypes float32 bfloat16 --block-rows 256 --repeats 5 --out "$DEST/retrieval.jsonl"
 

@@ -19,7 +19,7 @@ ratios), so 1.0 means the exact top-k runs at the speed of a bare matmul.
     python benchmarks/retrieval.py --n 1000000 --d 384 --k 10 200 --dtypes float32 bfloat16
     python benchmarks/retrieval.py --impl pallas --block-rows 256 512   # GPU only
 
-``--impl pallas`` times ``kernels/pallas_topk.py`` (no filters) instead of ``masked_topk``,
+``--impl pallas`` times ``ecomjax/kernels/pallas_topk.py`` (no filters) instead of ``masked_topk``,
 one point per ``--block-rows`` value in place of ``--chunks``; on a non-GPU backend it
 exits without timing anything (Pallas interpret mode is a test path, not a fast one).
 

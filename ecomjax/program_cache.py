@@ -47,16 +47,15 @@ def directory() -> Path | None:
 
 def _source_roots() -> list[Path]:
     import ecomjax
-    import ecomjax.kernels
 
-    return [Path(p) for mod in (ecomjax, ecomjax.kernels) for p in mod.__path__]
+    return [Path(p) for p in ecomjax.__path__]
 
 
 _digest: list[str] = []
 
 
 def source_digest() -> str:
-    """sha256 of every Python file under ecomjax and its kernels (once per process)."""
+    """sha256 of every Python file of the core, its kernels included (once per process)."""
     if not _digest:
         h = hashlib.sha256()
         for root in _source_roots():

@@ -22,6 +22,6 @@ session() {  # a -k that selects nothing in one session (pytest exit 5) is not a
     "${pytest[@]}" "$@" || rc=$?
     if ((rc != 0 && rc != 5 && status == 0)); then status=$rc; fi
 }
-session tests ecomjax kernels train --ignore=tests/test_trl_example.py "$@"
+session tests ecomjax train --ignore=tests/test_trl_example.py "$@"
 session llm_bridge tests/test_trl_example.py "$@"
 exit "$status"

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CORE_DIRS = (ROOT / "ecomjax", ROOT / "kernels")
+CORE_DIRS = (ROOT / "ecomjax",)
 UPPER = ("ecomjax.llm_bridge", "ecomjax.train", "llm_bridge", "train")
 
 
@@ -54,8 +54,6 @@ def test_importing_every_core_module_loads_no_upper_layer():
     for p in _core_files():
         rel = p.relative_to(ROOT).with_suffix("")
         parts = list(rel.parts)
-        if parts[0] == "kernels":
-            parts = ["ecomjax", *parts]
         if parts[-1] == "__init__":
             parts = parts[:-1]
         mods.append(".".join(parts))
@@ -72,3 +70,21 @@ def test_importing_every_core_module_loads_no_upper_layer():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+
+
+def test_no_top_level_folder_shadows_an_installed_package():
+    """pytest and ``python -m`` put the checkout on ``sys.path``, where a top-level package
+    hides an installed one of the same name. A top-level ``kernels/`` once hid Hugging Face's
+    ``kernels`` (required by transformers >= 5.25) and broke every transformers import."""
+    import importlib.metadata
+
+    ours = sorted(
+        p.stem
+        for p in ROOT.iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists())
+        or (p.suffix == ".py" and p.name not in ("conftest.py", "setup.py"))
+    )
+    assert "ecomjax" in ours
+    installed = importlib.metadata.packages_distributions()
+    clashes = {n: installed[n] for n in ours if set(installed.get(n, [])) - {"ecomjax"}}
+    assert not clashes, clashes

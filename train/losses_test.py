@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from train.losses import (
+from ecomjax.train.losses import (
     dapo_loss,
     effective_groups,
     group_advantages,

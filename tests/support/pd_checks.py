@@ -3,8 +3,8 @@
 numpy re-implementations of the PD / SUB verifier formulas (SPEC §7, §8.1, §8.2) written
 independently of the chunked kernel.
 
-Test support, not shipped: ``setup.py`` packages only ``ecomjax/``, ``kernels/``,
-``llm_bridge/`` and ``train/``. Tests import it as ``tests.support.pd_checks`` (pytest puts
+Test support, not shipped: ``setup.py`` packages only ``ecomjax/``, ``llm_bridge/``
+and ``train/``. Tests import it as ``tests.support.pd_checks`` (pytest puts
 the repository root on ``sys.path`` for the test modules inside the ``ecomjax`` package)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Pallas block top-k (kernels/pallas_topk.py) == the jnp reference, in interpret mode.
+"""The Pallas block top-k (ecomjax/kernels/pallas_topk.py) == the jnp reference, in interpret mode.
 
 Scores are exact in float arithmetic (small-integer vectors, so every dot product is an
 exact small integer in f32 and bf16, heavily tied), so ids, scores and n_valid must be
