@@ -15,13 +15,15 @@ from flax import struct
 from ecomjax import constants as C
 from ecomjax import policy_rules as P
 from ecomjax.catalog.types import Catalog
+from ecomjax.envs.policy import generator
+from ecomjax.family import slot_mask
 from ecomjax.slot_memory import SlotMemory, empty_slots, listen
 from ecomjax.types import Action, Observation, empty_action
 
 T = C.Tool
 S = C.Slot
 TOP_K = 3
-ASK_SLOTS = (S.TOPIC, *(int(s) for s in P.FIELD_SLOT))
+ASK_SLOTS = slot_mask(generator.SLOTS)  # the topic and every policy field
 
 
 @struct.dataclass
@@ -72,7 +74,7 @@ def act(
     tool = jnp.full(b, T.NONE, jnp.int32).at[:2].set(jnp.where(use, tools, T.NONE))
     is_ask = tool == T.ASK_USER
     is_search = tool == T.POLICY_SEARCH
-    ask_mask = jnp.zeros(C.N_SLOTS, bool).at[jnp.array(ASK_SLOTS)].set(True)
+    ask_mask = jnp.asarray(ASK_SLOTS)
     q = jnp.asarray(P.QUESTION_TOKENS)[topic]
     ctx = slots.value[jnp.asarray(P.FIELD_SLOT)]
     value = P.evaluate(jnp.maximum(mem.found, 0), ctx)
