@@ -17,7 +17,9 @@ curriculum's stream update.
 Episode identity does not depend on batching: episode ``e`` has key
 ``fold_in(run_key, e)`` and its d comes from ``sample_d(e, task)``; ids are handed out from
 one counter in (step, slice, service) order. ``rollout.run_plan`` on the same key and d plays
-the same episode bit for bit (tested).
+the same episode bit for bit (tested). Over a mesh of S devices each device runs its own
+lanes with its own counter and hands out ids ``c * S + j`` (``ids_of``), so ids stay unique
+and no step needs a collective (``runner`` gathers the completions once per round).
 """
 
 from __future__ import annotations
@@ -183,7 +185,16 @@ def _set(tree, dest, new):
     return jax.tree_util.tree_map(lambda x, y: x.at[dest].set(y, mode="drop"), tree, new)
 
 
-def _recycle(catalog, lanes: Lanes, run_key, plan, agents, ids, params, sample_d, slots):
+IdsOf = Callable[[jax.Array], jax.Array]  # a lane group's counter values -> episode ids
+
+
+def _same(c: jax.Array) -> jax.Array:
+    return c
+
+
+def _recycle(
+    catalog, lanes: Lanes, run_key, plan, agents, ids, params, sample_d, slots, ids_of: IdsOf
+):
     """Score ended lanes and start their next episodes, up to ``slots[i]`` per slice."""
     runs = agent_runs(ids)
     batch = int(ids.shape[0])
@@ -211,7 +222,7 @@ def _recycle(catalog, lanes: Lanes, run_key, plan, agents, ids, params, sample_d
                 reward=reward.reward,
             )
         )
-        new_ids = lanes.next_episode + jnp.cumsum(valid, dtype=jnp.int32) - 1
+        new_ids = ids_of(lanes.next_episode + jnp.cumsum(valid, dtype=jnp.int32) - 1)
         task = jnp.full(k, i, jnp.int32)
         agent = agents[ids[a]]
         state, obs, memory, akey, d = _fresh(
@@ -248,12 +259,14 @@ def advance(
     sample_d: SampleD,
     steps: int,
     slots: tuple[int, ...] | None = None,
+    ids_of: IdsOf = _same,
 ) -> tuple[Lanes, Completed, jax.Array]:
     """``steps`` agent/env steps of every lane, recycling ended lanes after each.
 
     Returns the lanes (pass them to the next call: episodes in flight carry over), the
     completed episodes, [steps, sum(slots)] with ``valid`` marking filled slots, and the
-    number of agent turns taken (int32)."""
+    number of agent turns taken (int32). ``ids_of`` maps the lanes' counter to episode
+    ids (``lanes.next_episode`` stays the counter)."""
     agents, ids = narrowed_agents(plan, agent)
     runs = agent_runs(ids)
     slots = default_slots(plan) if slots is None else tuple(slots)
@@ -284,7 +297,9 @@ def advance(
             memory=tuple(m for m, _ in outs),
             t=lanes.t + live.astype(jnp.int32),
         )
-        lanes, done = _recycle(catalog, lanes, run_key, plan, agents, ids, params, sample_d, slots)
+        lanes, done = _recycle(
+            catalog, lanes, run_key, plan, agents, ids, params, sample_d, slots, ids_of
+        )
         return lanes, (done, live.sum(dtype=jnp.int32))
 
     lanes, (done, taken) = jax.lax.scan(one, lanes, None, length=steps)

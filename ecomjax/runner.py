@@ -190,17 +190,18 @@ class _Tally:
 
 
 def _compiled(
-    name: str, fn, args: tuple, static: str, donate=(), mesh: Mesh | None = None
+    name: str, fn, args: tuple, static: str, donate=(), mesh: Mesh | None = None, out=None
 ) -> tuple[Callable, float]:
     """``fn`` compiled for ``args`` (through the program cache when an entry point turned
     it on), and the seconds it took (reported apart from the steady state). Over a
-    ``mesh`` every output is replicated, and the program is not kept (jax.export's
-    entries are single-process)."""
+    ``mesh`` the outputs are placed by ``out`` (default: every output replicated), and the
+    program is not kept (jax.export's entries are single-process)."""
     if mesh is None:
         out, seconds, _ = compile_program(name, fn, args, static, donate)
         return out, seconds
     t0 = time.perf_counter()
-    jitted = jax.jit(fn, out_shardings=NamedSharding(mesh, PartitionSpec()), donate_argnums=donate)
+    out = NamedSharding(mesh, PartitionSpec()) if out is None else out
+    jitted = jax.jit(fn, out_shardings=out, donate_argnums=donate)
     compiled = jitted.lower(*args).compile()
     return compiled, time.perf_counter() - t0
 
@@ -271,10 +272,41 @@ def _make_round(plan, agent, params: EnvParams, cfg, mode: str, mesh: Mesh | Non
     return round_fn
 
 
-def _make_autoreset_round(plan, agent, params: EnvParams, cfg, mode: str, steps: int):
+def _boxed(lanes: autoreset.Lanes) -> autoreset.Lanes:
+    """A device's lanes with its scalars given a leading axis of 1, so every leaf of the
+    mesh-wide lanes is split on axis 0 (the counter and clock hands are per device)."""
+    return lanes.replace(next_episode=lanes.next_episode[None], hand=lanes.hand[None])
+
+
+def _unboxed(lanes: autoreset.Lanes) -> autoreset.Lanes:
+    return lanes.replace(next_episode=lanes.next_episode[0], hand=lanes.hand[0])
+
+
+def _autoreset_init(plan, agent, params: EnvParams, mesh: Mesh | None) -> Callable:
+    """``catalog -> lanes``; over a mesh each device holds the lanes of its local plan."""
+    if mesh is None:
+        return lambda catalog: autoreset.init(catalog, plan, agent, params)
+    axis = mesh.axis_names[0]
+    local, _ = shard_plan(plan, mesh.shape[axis])
+    return shard_map_compat(
+        lambda catalog: _boxed(autoreset.init(catalog, local, agent, params)),
+        mesh,
+        in_specs=(PartitionSpec(),),
+        out_specs=PartitionSpec(axis),
+    )
+
+
+def _make_autoreset_round(
+    plan, agent, params: EnvParams, cfg, mode: str, steps: int, mesh: Mesh | None = None
+):
     """One auto-reset round: ``steps`` steps of every lane; every episode completed in them
     updates the curriculum in completion order. Episodes starting inside the round draw d
-    from the window as it stood at the round's start."""
+    from the window as it stood at the round's start.
+
+    Over a mesh of S devices, device j steps its own lanes (part j of every slice, as in
+    ``sharding.shard_plan``) with its own recycle slots and id counter (ids ``c * S + j``),
+    with no communication inside the round; the completions are then gathered, ordered by
+    (step, device, slot), and every process updates the curriculum with all of them."""
 
     def sampler(cstate, run_key, fixed_d, use_fixed):
         def sample_d(ids, task):
@@ -282,11 +314,36 @@ def _make_autoreset_round(plan, agent, params: EnvParams, cfg, mode: str, steps:
 
         return sample_d
 
-    def round_fn(catalog, cstate, lanes, run_key, fixed_d, use_fixed):
+    def advance(catalog, cstate, lanes, run_key, fixed_d, use_fixed):
         sample_d = sampler(cstate, run_key, fixed_d, use_fixed)
-        lanes, done, n_steps = autoreset.advance(
-            catalog, lanes, run_key, plan, agent, params, sample_d, steps
+        return autoreset.advance(catalog, lanes, run_key, plan, agent, params, sample_d, steps)
+
+    if mesh is not None:
+        axis = mesh.axis_names[0]
+        n = mesh.shape[axis]
+        local, _ = shard_plan(plan, n)
+        width = sum(e[1] for e in local)
+
+        def per_device(catalog, cstate, lanes, run_key, fixed_d, use_fixed):
+            j = jax.lax.axis_index(axis)
+            sample_d = sampler(cstate, run_key, fixed_d, use_fixed)
+            lanes, done, taken = autoreset.advance(
+                catalog, _unboxed(lanes), run_key, local, agent, params, sample_d, steps,
+                ids_of=lambda c: c * n + j,
+            )  # fmt: skip
+            done = done.replace(lane=done.lane + j * width)  # lanes as the mesh lays them out
+            return _boxed(lanes), done, jax.lax.psum(taken, axis)
+
+        rep = PartitionSpec()
+        advance = shard_map_compat(
+            per_device,
+            mesh,
+            in_specs=(rep, rep, PartitionSpec(axis), rep, rep, rep),
+            out_specs=(PartitionSpec(axis), PartitionSpec(None, axis), rep),
         )
+
+    def round_fn(catalog, cstate, lanes, run_key, fixed_d, use_fixed):
+        lanes, done, n_steps = advance(catalog, cstate, lanes, run_key, fixed_d, use_fixed)
         flat = jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), done)
         r = flat.reward
         cstate = cur.update(cstate, flat.task, flat.d, r.is_correct, flat.valid, cfg, mode=mode)
@@ -368,11 +425,9 @@ def run(
         raise ValueError(f"batch {cfg.batch} is smaller than the number of tasks {len(tasks)}")
     plan = make_plan(tasks, cfg.batch)
     mesh = _mesh_for_run(mesh, plan, len(tasks), cfg.batch)
-    if cfg.auto_reset:
-        if mesh is not None:
-            raise ValueError("auto-reset rounds run in one process on one device for now")
-        return _run_autoreset(cfg, tasks, plan, agent, params, ccfg, mode, catalog, progress)
     catalog = _replicated(catalog, mesh)
+    if cfg.auto_reset:
+        return _run_autoreset(cfg, tasks, plan, agent, params, ccfg, mode, catalog, progress, mesh)
     cstate = cur.init(len(tasks))
     tally = _Tally(tasks, ccfg, progress)
     fn, compile_s = _compiled(
@@ -396,18 +451,30 @@ def run(
     return tally.result(compile_s, 1 if mesh is None else mesh.size)
 
 
-def _run_autoreset(cfg, tasks, plan, agent, params, ccfg, mode, catalog, progress) -> RunResult:
+def _run_autoreset(
+    cfg, tasks, plan, agent, params, ccfg, mode, catalog, progress, mesh: Mesh | None
+) -> RunResult:
     """``run`` with auto-reset rounds: lanes carry over between rounds, so every round
     counts the episodes completed in its ``cfg.auto_reset`` steps (the first round starts
-    from empty lanes). Episodes still running after the last round are not counted."""
+    from empty lanes). Episodes still running after the last round are not counted. Over a
+    mesh the lanes stay split over the devices between rounds."""
     cstate = cur.init(len(tasks))
     tally = _Tally(tasks, ccfg, progress)
-    round_fn = _make_autoreset_round(plan, agent, params, ccfg, mode, cfg.auto_reset)
+    round_fn = _make_autoreset_round(plan, agent, params, ccfg, mode, cfg.auto_reset, mesh)
     run_key = jax.random.key(cfg.seed)
     fixed, use_fixed = jnp.int32(cfg.difficulty or 0), jnp.bool_(cfg.difficulty is not None)
     static = _static(plan, agent, params, ccfg, mode, cfg.auto_reset)
+    split = rep = None
+    if mesh is not None:
+        split = NamedSharding(mesh, PartitionSpec(mesh.axis_names[0]))
+        rep = NamedSharding(mesh, PartitionSpec())
     init, init_s = _compiled(
-        "autoreset-init", lambda c: autoreset.init(c, plan, agent, params), (catalog,), static
+        "autoreset-init",
+        _autoreset_init(plan, agent, params, mesh),
+        (catalog,),
+        static,
+        mesh=mesh,
+        out=split,
     )
     lanes = init(catalog)
     fn, compile_s = _compiled(
@@ -416,11 +483,15 @@ def _run_autoreset(cfg, tasks, plan, agent, params, ccfg, mode, catalog, progres
         (catalog, cstate, lanes, run_key, fixed, use_fixed),
         static,
         donate=(2,),
+        mesh=mesh,
+        out=None if mesh is None else (rep, split, rep, rep, rep, rep, rep),
     )
+    barrier("ecomjax-run-compiled")  # every process compiled before the first collective
     for rnd in range(cfg.rounds):
-        out = tally.timed(fn, catalog, cstate, lanes, run_key, fixed, use_fixed)
+        with peer_failures():
+            out = tally.timed(fn, catalog, cstate, lanes, run_key, fixed, use_fixed)
         cstate, lanes, valid, task, d, cols, n_steps = out
         ok = np.asarray(valid)
         rows = (np.asarray(x)[ok] for x in (task, d, cols))
         tally.record(rnd, cstate, *rows, n_steps)
-    return tally.result(init_s + compile_s)
+    return tally.result(init_s + compile_s, 1 if mesh is None else mesh.size)

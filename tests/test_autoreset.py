@@ -101,6 +101,37 @@ def test_completed_episodes_replay_bit_for_bit(catalog, params, plan, roomy):
     assert want.is_correct.mean() > 0.9  # the oracle, through recycled lanes
 
 
+def test_a_lane_group_hands_out_its_own_ids(catalog, params):
+    """Over a mesh, device j of S hands out ids ``c * S + j``: the episodes it completes
+    are still exactly ``run_plan``'s on those ids (so devices never share an episode)."""
+    plan = (("CART", 6), ("STATUS", 4))
+    agent = oracle(plan)
+
+    @jax.jit
+    def advance(catalog):
+        lanes = AR.init(catalog, plan, agent, params)
+        return AR.advance(
+            catalog, lanes, KEY, plan, agent, params, sample_d, STEPS, ids_of=lambda c: c * 3 + 1
+        )
+
+    lanes, done, _ = jax.device_get(advance(catalog))
+    v, rows = _rows(done)
+    assert v.sum() >= 4
+    running = np.asarray(lanes.episode)
+    assert np.array_equal(
+        np.sort(np.concatenate([rows["episode"], running])),
+        np.arange(int(lanes.next_episode)) * 3 + 1,
+    )
+    order = np.argsort(rows["task"], kind="stable")
+    replay_plan = tuple((n, int((rows["task"] == i).sum())) for i, (n, _) in enumerate(plan))
+    keys = jax.vmap(lambda e: jax.random.fold_in(KEY, e))(jnp.asarray(rows["episode"][order]))
+    replay = jax.jit(run_plan, static_argnames=("plan", "agent", "params"))(
+        catalog, keys, jnp.asarray(rows["d"][order]), replay_plan, agent, params
+    )
+    want = jax.tree_util.tree_map(lambda x: np.asarray(x)[v][order], done.reward)
+    assert tree_equal(replay.state.reward, want)
+
+
 def test_ids_are_handed_out_once(tight, roomy):
     for lanes, done, _ in (tight, roomy):
         v, rows = _rows(done)
@@ -164,3 +195,29 @@ def test_runner_auto_reset_counts_every_completed_episode(catalog):
     assert len(res.history) == 2
     with pytest.raises(ValueError, match="auto_reset"):
         run(RunConfig(tasks="CART", batch=4, rounds=1, auto_reset=-1), catalog=catalog)
+
+
+def test_devices_of_a_mesh_hand_out_disjoint_ids():
+    """Over 2 simulated devices each device's lanes hold ids ``c * 2 + j`` from its own
+    counter, never another device's (with one shared counter both would play the same
+    episodes)."""
+    from ecomjax.sharding import run_on_host_devices
+
+    report = run_on_host_devices("tests.support.autoreset_mesh:check_lane_ids", 2, timeout=900)
+    ids = np.asarray(report["ids"])
+    assert report["completed"] > ids.size  # lanes were recycled
+    for j, (row, counter) in enumerate(zip(ids, report["counters"], strict=True)):
+        assert (row % 2 == j).all() and (row // 2 < counter).all(), (j, row, counter)
+    assert np.unique(ids).size == ids.size
+
+
+def test_auto_reset_over_a_one_device_mesh_is_the_plain_run(catalog):
+    """The mesh path (shard_map, per-device counters, gathered completions) over a single
+    device hands out the same ids and so plays the same rounds, bit for bit."""
+    from ecomjax.sharding import batch_mesh
+
+    cfg = RunConfig(tasks="CART,STATUS", batch=16, rounds=2, auto_reset=8, catalog_size=1000)
+    want = run(cfg, catalog=catalog)
+    got = run(cfg, catalog=catalog, mesh=batch_mesh(jax.devices()[:1]))
+    assert got.episodes == want.episodes > cfg.batch
+    assert (got.digest, got.state) == (want.digest, want.state)

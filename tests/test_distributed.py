@@ -133,6 +133,22 @@ def test_local_devices_equal_one_device():
         assert r.returncode == 2 and message in r.stderr, r.stderr[-2000:]
 
 
+def test_auto_reset_across_processes_equals_one_process_over_as_many_devices():
+    """Auto-reset rounds over 2 processes: device j of the mesh keeps its own lanes and
+    hands out ids c * 2 + j, so the run equals one process over 2 host devices bit for bit
+    (every completion in (step, device, slot) order, the curriculum after every round)."""
+    argv = _cli("CART,STATUS", 16, 3, "--auto-reset", "6")
+    (want,) = _reports([subprocess.run([*argv, "--devices", "2"], capture_output=True,
+                                       text=True, timeout=1500)])  # fmt: skip
+    assert want["devices"] == 2 and want["episodes"] > 16  # lanes were recycled
+    reports = _reports(dist.launch_local(argv, 2, timeout=1500))
+    for i, got in enumerate(reports):
+        assert (got["processes"], got["devices"]) == (2, 2)
+        assert got["episodes"] == want["episodes"]
+        assert got["digest"] == want["digest"], f"process {i}: completions differ"
+        assert got["curriculum_state"] == want["curriculum_state"], f"process {i}"
+
+
 @pytest.mark.parametrize("n", [2, 4])
 def test_row_sharded_retrieval_across_processes(n):
     """The catalog's rows split over n processes (each reads only its own rows); the exact
