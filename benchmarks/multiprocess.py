@@ -13,6 +13,11 @@ processes (median of ``--reps`` after a warm-up, blocked until ready).
 ``--local-devices`` measures the other layout instead: one process whose round is split
 over K host devices (``ecomjax run --devices K``), rows of kind "local_devices".
 
+``--auto-reset STEPS`` measures training-mode rounds instead. Each device then hands out
+its own episode ids, so N processes equal one process over N devices (compared in the
+same launch sequence: ``same_digest_as_local_devices``), not the 1-process run; the round's
+collective is the all-gather of its completions (``completion_bytes``, from the shapes).
+
 The N processes share this machine's cores; the point is correctness and what the
 collectives cost (on 2 cores C8 still ran faster with more processes: benchmarks/README.md).
 Rows go to benchmarks/results/multiprocess.jsonl.
@@ -24,6 +29,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -74,6 +80,28 @@ def gather_cost(batch: int, reps: int = 50) -> dict:
     }
 
 
+def completion_bytes(tasks: str, batch: int, n: int, steps: int) -> dict:
+    """Bytes an auto-reset round gathers: steps x (recycle slots of all devices) rows of
+    ``autoreset.Completed`` (ids, d, turns and the whole RewardInfo)."""
+    import jax
+
+    from ecomjax import autoreset
+    from ecomjax.registry import resolve_tasks
+    from ecomjax.runner import make_plan
+    from ecomjax.sharding import shard_plan
+    from ecomjax.types import zero_reward
+
+    local, _ = shard_plan(make_plan(resolve_tasks(tasks), batch), n)
+    rows = steps * n * sum(autoreset.default_slots(local))
+    reward = sum(x.nbytes for x in jax.tree_util.tree_leaves(zero_reward()))
+    per_row = 1 + 5 * 4 + reward  # valid, lane, episode, task, d, turns + reward
+    return {
+        "gathered_rows": rows,
+        "bytes_per_row": per_row,
+        "bytes_in_per_process": rows * per_row * (n - 1) // n,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--tasks", default="C8")
@@ -82,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--processes", default="1,2,4")
     ap.add_argument("--local-devices", default=None, metavar="K,K,...")
     ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--auto-reset", type=int, default=0, metavar="STEPS")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)
     from throughput import env_info
@@ -90,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     py = sys.executable
     run = [py, "-m", "ecomjax.cli", "run", "--tasks", args.tasks, "--batch", str(args.batch)]
     run += ["--rounds", str(args.rounds), "--json", "--no-compile-cache"]
+    if args.auto_reset:
+        run += ["--auto-reset", str(args.auto_reset)]
     if args.local_devices:
         return local_devices(run, [int(k) for k in args.local_devices.split(",")], args, info)
     rows, single, single_outcomes = [], None, None
@@ -103,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         reports = [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
         lead = reports[0]
-        if single is None and n == 1:
+        if single is None and n == 1 and not args.auto_reset:
             single, single_outcomes = lead["digest"], lead["outcome_digest"]
         row = {
             "kind": "multiprocess",
@@ -111,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             "batch": args.batch,
             "rounds": args.rounds,
             "processes": n,
+            "auto_reset": args.auto_reset,
             "episodes_per_s": lead["episodes_per_s"],
             "env_steps_per_s": lead["env_steps_per_s"],
             "compile_s": [r["compile_s"] for r in reports],
@@ -123,7 +155,17 @@ def main(argv: list[str] | None = None) -> int:
             else lead["outcome_digest"] == single_outcomes,
             **info,
         }
-        if n > 1:
+        if n > 1 and args.auto_reset:
+            r = subprocess.run([*run, "--devices", str(n)], capture_output=True, text=True,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+            if r.returncode != 0:
+                print(r.stderr[-3000:], file=sys.stderr)
+                return 1
+            one = json.loads(r.stdout.strip().splitlines()[-1])
+            row["same_digest_as_local_devices"] = one["digest"] == lead["digest"]
+            row["local_devices_episodes_per_s"] = one["episodes_per_s"]
+            row.update(completion_bytes(args.tasks, args.batch, n, args.auto_reset))
+        elif n > 1:
             check = [py, "-m", "ecomjax.distributed", "check", "multiprocess:gather_cost"]
             check.append(json.dumps({"batch": args.batch, "reps": args.reps}))
             costs = launch_local(check, n, timeout=None, env={"PYTHONPATH": f"{ROOT}/benchmarks"})
@@ -143,8 +185,6 @@ def main(argv: list[str] | None = None) -> int:
 def local_devices(run: list[str], counts: list[int], args, info: dict) -> int:
     """One process per count K, its round split over K host devices; outcomes (task, d,
     success) compared with the first count's."""
-    import subprocess
-
     rows, first = [], None
     for k in counts:
         t0 = time.perf_counter()
