@@ -197,8 +197,8 @@ def _compiled(
     ``mesh`` the outputs are placed by ``out`` (default: every output replicated), and the
     program is not kept (jax.export's entries are single-process)."""
     if mesh is None:
-        out, seconds, _ = compile_program(name, fn, args, static, donate)
-        return out, seconds
+        program, seconds, _ = compile_program(name, fn, args, static, donate)
+        return program, seconds
     t0 = time.perf_counter()
     out = NamedSharding(mesh, PartitionSpec()) if out is None else out
     jitted = jax.jit(fn, out_shardings=out, donate_argnums=donate)
