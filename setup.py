@@ -3,7 +3,7 @@
 The device kernels live inside the core (``ecomjax/kernels/``), not at the top level: a
 top-level ``kernels/`` shadows Hugging Face's ``kernels`` package (a dependency of
 transformers >= 5.25) whenever the checkout is on ``sys.path`` (pytest, ``python -m``), and
-transformers then fails to import (docs/design.md, "Layout")."""
+transformers then fails to import (docs/design.md, "Where this differs from DESIGN.md")."""
 
 from setuptools import find_packages, setup
 
