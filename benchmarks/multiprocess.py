@@ -93,8 +93,18 @@ def completion_bytes(tasks: str, batch: int, n: int, steps: int) -> dict:
 
     local, _ = shard_plan(make_plan(resolve_tasks(tasks), batch), n)
     rows = steps * n * sum(autoreset.default_slots(local))
-    reward = sum(x.nbytes for x in jax.tree_util.tree_leaves(zero_reward()))
-    per_row = 1 + 5 * 4 + reward  # valid, lane, episode, task, d, turns + reward
+    # One row as the round builds it: the same dtypes, so the size follows the dataclass.
+    zero = jax.numpy.zeros((), jax.numpy.int32)
+    row = autoreset.Completed(
+        valid=jax.numpy.zeros((), bool),
+        lane=zero,
+        episode=zero,
+        task=zero,
+        d=zero,
+        turns=zero,
+        reward=zero_reward(),
+    )
+    per_row = sum(x.nbytes for x in jax.tree_util.tree_leaves(row))
     return {
         "gathered_rows": rows,
         "bytes_per_row": per_row,
