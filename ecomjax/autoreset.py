@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from ecomjax import constants as C
+from ecomjax.agents.base import batch_act
 from ecomjax.catalog.types import Catalog
 from ecomjax.core import reset
 from ecomjax.registry import family
@@ -279,9 +280,7 @@ def advance(
         k = jax.vmap(jax.random.fold_in)(lanes.akey, lanes.t)
         obs = lanes.observation
         outs = [
-            jax.vmap(agents[j].act, (0, 0, 0, None))(
-                k[a:b], m, jax.tree_util.tree_map(lambda x: x[a:b], obs), catalog
-            )
+            batch_act(agents[j])(k[a:b], m, jax.tree_util.tree_map(lambda x: x[a:b], obs), catalog)
             for (j, a, b), m in zip(runs, lanes.memory, strict=True)
         ]
         actions = _cat(*[x for _, x in outs])

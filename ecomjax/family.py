@@ -37,7 +37,9 @@ Fill = Callable[..., Problem]
 
 class OraclePlan(Protocol):
     """The family's solvability witness (SPEC §8.9): it sees observations only. ``sub`` is
-    the sub-goal whose reply rows it reads (0 outside JOURNEY)."""
+    the sub-goal whose reply rows it reads (0 outside JOURNEY). A plan may also offer
+    ``act_batch(memory, obs, catalog)`` over a batch (JOURNEY does: it runs each sub-goal
+    plan only on the lanes working on it); each lane's result must equal ``act``'s."""
 
     def init_memory(self) -> Any: ...
 

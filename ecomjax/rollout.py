@@ -22,7 +22,7 @@ import numpy as np
 from flax import struct
 
 from ecomjax import constants as C
-from ecomjax.agents.base import Agent
+from ecomjax.agents.base import Agent, batch_act
 from ecomjax.catalog.types import Catalog
 from ecomjax.core import reset, step, turn_hard_fail, verify
 from ecomjax.gates import turn_gates
@@ -156,9 +156,7 @@ def _turns(catalog, agents, runs, params, akeys, carry, max_turns, families, wat
         live = running(states)
         k = jax.vmap(lambda key: jax.random.fold_in(key, t))(akeys)
         outs = [
-            jax.vmap(agents[j].act, (0, 0, 0, None))(
-                k[a:b], m, _take(obs, np.arange(a, b)), catalog
-            )
+            batch_act(agents[j])(k[a:b], m, _take(obs, np.arange(a, b)), catalog)
             for (j, a, b), m in zip(runs, memory, strict=True)
         ]
         memory = tuple(m for m, _ in outs)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import jax
+
 
 class Agent(NamedTuple):
     name: str
@@ -14,3 +16,14 @@ class Agent(NamedTuple):
     # rollouts use it on each family's slice, so a many-family agent pays only for the
     # family in front of it.
     for_family: Callable[[int], Any] | None = None
+    # Optional: ``act`` over a batch (every argument with a leading lane axis). An agent
+    # whose per-lane choice between costly branches can be dispatched at the batch level
+    # offers it; each lane's result must equal ``act``'s.
+    act_batch: Callable[..., Any] | None = None
+
+
+def batch_act(agent: Agent) -> Callable[..., Any]:
+    """The agent's batched act: its own ``act_batch``, or ``act`` under vmap."""
+    if agent.act_batch is not None:
+        return agent.act_batch
+    return jax.vmap(agent.act, (0, 0, 0, None))

@@ -52,7 +52,16 @@ def _oracle(families: tuple[int, ...]) -> Agent:
         return out_mem, action
 
     narrow = None if len(plans) == 1 else (lambda f: _oracle((int(f),)))
-    return Agent(f"oracle[{names}]", init, act, narrow)
+    batch = None
+    if len(plans) == 1 and hasattr(only := next(iter(plans.values())), "act_batch"):
+        name = C.ENV_NAMES[next(iter(plans))]
+
+        def batch(keys, memory, obs, catalog):
+            del keys
+            mem, action = only.act_batch(memory[name], obs, catalog)
+            return {name: mem}, action
+
+    return Agent(f"oracle[{names}]", init, act, narrow, batch)
 
 
 oracle_agent = make_oracle()

@@ -157,12 +157,15 @@ def sweep(catalog, params, request):
     return d, res
 
 
-def test_oracle_never_stores_a_ranked_answer_naming_a_reported_shock(catalog):
-    """A PD/SUB answer the JOURNEY oracle stores or re-makes names no product any earlier
-    turn's shock events reported, over journeys with a high shock hazard (so many shocks
-    land while other sub-goals' plans act; a plan's own memory moves only on its turns).
-    It failed with the 256-id shock ring and 32-id per-plan view this replaced."""
+@pytest.fixture(scope="module")
+def shocked(catalog):
+    """JOURNEY oracle episodes under a high shock hazard (so many shocks land while other
+    sub-goals' plans act, and spoiled answers get repaired), replayed turn by turn. Each
+    turn also runs the batched oracle (``act_batch``, 5-lane chunks so most plans take
+    several chunks) on the same memory and observation and counts the lanes where its
+    memory or action differs from the per-lane ``act``'s."""
     from ecomjax.core import reset
+    from ecomjax.envs.journey import oracle as journey_oracle
     from ecomjax.rollout import AGENT_STREAM, max_turns_for, step_batch
 
     params = EnvParams(overrides=AxisOverrides(shock_hazard=0.3))
@@ -180,14 +183,28 @@ def test_oracle_never_stores_a_ranked_answer_naming_a_reported_shock(catalog):
         memory = jax.vmap(agent.init, (0, 0, None))(akeys, ts.observation, catalog)
 
         def turn(carry, t):
-            states, obs, memory, ever, bad, stored, events = carry
+            states, obs, memory, ever, bad, stored, events, mismatch, several = carry
             live = states.dialogue.termination == C.Termination.RUNNING
             ev = obs.events
             ever = jax.vmap(lambda e, x: e.at[jnp.where(x >= 0, x, n)].set(True, mode="drop"))(
                 ever, ev
             )
             k = jax.vmap(lambda key: jax.random.fold_in(key, t))(akeys)
+            old = memory
             memory, act = jax.vmap(agent.act, (0, 0, 0, None))(k, memory, obs, catalog)
+            mem_b, act_b = journey_oracle.act_batch(old["JOURNEY"], obs, catalog, chunk=5)
+            differ = jnp.zeros(b, bool)
+            for x, y in zip(
+                jax.tree_util.tree_leaves((memory["JOURNEY"], act)),
+                jax.tree_util.tree_leaves((mem_b, act_b)),
+                strict=True,
+            ):
+                if jnp.issubdtype(x.dtype, jnp.floating):  # bit for bit, NaN filters too
+                    x, y = (jax.lax.bitcast_convert_type(v, jnp.int32) for v in (x, y))
+                differ = differ | (x != y).reshape(b, -1).any(1)
+            mismatch = mismatch + (live & differ)
+            prep = jax.vmap(journey_oracle._prepare)(old["JOURNEY"], obs)
+            several = several + (live & (prep.need.sum(1) > 1))
             sub = act.answer.sub
             entry = (live & act.answer.present)[:, None] & jnp.isin(sub.env, ranked)
             ids = sub.rec
@@ -196,16 +213,34 @@ def test_oracle_never_stores_a_ranked_answer_naming_a_reported_shock(catalog):
             stored = stored + entry.sum(1)
             events = events + jnp.where(live, (ev >= 0).sum(1), 0)
             states, ts = step_batch(catalog, states, act, params, live, (int(E.JOURNEY),))
-            return (states, ts.observation, memory, ever, bad, stored, events), None
+            carry = (states, ts.observation, memory, ever, bad, stored, events, mismatch, several)
+            return carry, None
 
         z = jnp.zeros(b, jnp.int32)
-        carry = (states, ts.observation, memory, jnp.zeros((b, n), bool), z, z, z)
+        carry = (states, ts.observation, memory, jnp.zeros((b, n), bool), z, z, z, z, z)
         carry, _ = jax.lax.scan(turn, carry, jnp.arange(max_turns_for([E.JOURNEY])))
-        return problems.sub_env, carry[4], carry[5], carry[6]
+        return (problems.sub_env,) + carry[4:]
 
-    sub_env, bad, stored, events = (np.asarray(x) for x in replay(keys, d))
+    return tuple(np.asarray(x) for x in replay(keys, d))
+
+
+def test_oracle_never_stores_a_ranked_answer_naming_a_reported_shock(shocked):
+    """A PD/SUB answer the JOURNEY oracle stores or re-makes names no product any earlier
+    turn's shock events reported. It failed with the 256-id shock ring and 32-id per-plan
+    view this replaced."""
+    sub_env, bad, stored, events, _, _ = shocked
+    b = len(bad)
     n_ranked = np.isin(sub_env, [E.PD, E.SUB]).sum(1)
     assert events.sum() > 10 * b  # the hazard really shocks
     assert (stored > n_ranked).sum() > b // 10  # spoiled answers really get re-made
     assert bad.sum() == 0, f"{(bad > 0).sum()} of {b} journeys stored a shocked product"
     print(f"events {events.sum()}, re-made {(stored > n_ranked).sum()} of {b}")
+
+
+def test_batched_oracle_equals_the_per_lane_oracle_on_every_turn(shocked):
+    """``act_batch`` runs each sub-goal plan only on the lanes that read it; on every live
+    turn of these journeys (repair and closing turns included) its memory and action equal
+    ``act``'s, bit for bit."""
+    *_, mismatch, several = shocked
+    assert several.sum() > 0  # closing turns that need two or three plans occur
+    assert mismatch.sum() == 0, f"{(mismatch > 0).sum()} journeys differ"

@@ -17,9 +17,14 @@ Two details keep the plans sound over a long conversation:
   first gets a turn to search again. (An earlier version kept a 256-id ring of shocked ids
   and showed each plan the 32 most relevant: at N = 100k a journey sees ~200 shocks, and
   a card shocked during another plan's turns could be re-offered in the repair.)
+
+``act`` runs all seven plans (under ``vmap`` a per-lane choice computes every branch);
+``act_batch``, which batched rollouts use, runs each plan only on the lanes that read it.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +33,7 @@ from flax import struct
 from ecomjax import constants as C
 from ecomjax.envs.pd.oracle import drop_shocked
 from ecomjax.envs.subgoal_families import SUBGOAL_FAMILIES
+from ecomjax.lane_dispatch import run_where
 from ecomjax.types import (
     Observation,
     UserAct,
@@ -125,8 +131,21 @@ def init_memory() -> JourneyMemory:
     )
 
 
-def act(mem: JourneyMemory, obs: Observation, catalog, sub=0):
-    del sub
+@struct.dataclass
+class Prep:
+    """One lane's turn before any plan runs: who acts and which plans it needs."""
+
+    sub_env: jax.Array
+    n_sub: jax.Array
+    known: Known
+    working: jax.Array
+    all_done: jax.Array
+    spoiled: jax.Array
+    slot_of: jax.Array  # int32 [len(FAMILIES)]: each family's sub-goal slot
+    need: jax.Array  # bool [len(FAMILIES)]: the plans whose output this turn reads
+
+
+def _prepare(mem: JourneyMemory, obs: Observation) -> Prep:
     r = obs.reply
     opened = r.acts[C.Act.INFORM] | r.acts[C.Act.SWITCH]
     # The opening introduces sub-goal 0; a SWITCH introduces or resumes r.active.
@@ -147,23 +166,74 @@ def act(mem: JourneyMemory, obs: Observation, catalog, sub=0):
     ).astype(jnp.int32)
     all_done = mem.addressed.sum() >= jnp.maximum(n_sub, 1)
     spoiled = (mem.spoiled | named.any((1, 2))) & mem.addressed & jnp.isin(sub_env, RANKED)
+    fams = jnp.array(FAMILIES, jnp.int32)
+    slot_of = jnp.argmax(sub_env[None, :] == fams[:, None], axis=1).astype(jnp.int32)
+    # The action comes from the working sub-goal's plan (the first family's when that slot
+    # is empty, as the select chain in ``_finish`` falls back to it); in the closing turns
+    # the PD/SUB plans whose stored answers are spoiled run too (repair or re-made answer).
+    chosen = sub_env[working]
+    chosen = jnp.where(jnp.isin(chosen, fams[1:]), chosen, fams[0])
+    fix = spoiled[slot_of] & (sub_env[None, :] == fams[:, None]).any(axis=1)
+    need = (fams == chosen) | (all_done & fix & jnp.isin(fams, RANKED))
+    return Prep(sub_env, n_sub, known, working, all_done, spoiled, slot_of, need)
 
-    # Every plan reads its own sub-goal's rows and this turn's shocks.
-    reply = r.replace(**{k: getattr(known, k) for k in Known.__dataclass_fields__})
-    outputs, new_plans, slot_of = {}, {}, {}
-    for f in FAMILIES:
-        name = E(f).name
-        slot = jnp.argmax(sub_env == f).astype(jnp.int32)
-        own = mem.last_actor == slot
-        view = obs.replace(
-            env=jnp.int32(f),
-            reply=reply,
-            results=jax.tree_util.tree_map(
-                lambda a, b, own=own: jnp.where(own, a, b), obs.results, empty_results()
-            ),
+
+def _run_plan(f: int, plan_mem, last_actor, obs: Observation, known: Known, slot, catalog):
+    """Plan ``f`` on what it may see: everything stated so far, and tool results only when
+    its own sub-goal acted last turn."""
+    own = last_actor == slot
+    view = obs.replace(
+        env=jnp.int32(f),
+        reply=obs.reply.replace(**{k: getattr(known, k) for k in Known.__dataclass_fields__}),
+        results=jax.tree_util.tree_map(
+            lambda a, b: jnp.where(own, a, b), obs.results, empty_results()
+        ),
+    )
+    return PLANS[f].act(plan_mem, view, catalog, slot)
+
+
+def act(mem: JourneyMemory, obs: Observation, catalog, sub=0):
+    del sub
+    prep = _prepare(mem, obs)
+    ran = [
+        _run_plan(
+            f, mem.plans[E(f).name], mem.last_actor, obs, prep.known, prep.slot_of[i], catalog
         )
-        new_plans[name], outputs[f] = PLANS[f].act(mem.plans[name], view, catalog, slot)
-        slot_of[f] = slot
+        for i, f in enumerate(FAMILIES)
+    ]
+    return _finish(mem, obs, catalog, prep, [m for m, _ in ran], [a for _, a in ran])
+
+
+def act_batch(mem: JourneyMemory, obs: Observation, catalog, chunk: int | None = None):
+    """``act`` over a batch, running each plan only on the lanes that read its output (one
+    or, in closing turns, up to three of the seven), in chunks of ``chunk`` lanes (default
+    ``ceil(B / 7)``; ``ecomjax.lane_dispatch``). Every lane's memory and action equal
+    ``act``'s."""
+    prep = jax.vmap(_prepare)(mem, obs)
+    chunk = chunk or -(-prep.need.shape[0] // len(FAMILIES))
+    idle = jax.vmap(lambda _: empty_action(catalog.embed_dim))(prep.working)
+    new_plans, outputs = [], []
+    for i, f in enumerate(FAMILIES):
+        plan_mem = mem.plans[E(f).name]
+        args = (plan_mem, mem.last_actor, obs, prep.known, prep.slot_of[:, i])
+        got = run_where(
+            prep.need[:, i], partial(_run_plan, f, catalog=catalog), args, (plan_mem, idle), chunk
+        )
+        new_plans.append(got[0])
+        outputs.append(got[1])
+    return jax.vmap(lambda m, o, p, n, out: _finish(m, o, catalog, p, n, out))(
+        mem, obs, prep, new_plans, outputs
+    )
+
+
+def _finish(mem: JourneyMemory, obs: Observation, catalog, prep: Prep, new_plans, outputs):
+    events = obs.events
+    sub_env, n_sub, known = prep.sub_env, prep.n_sub, prep.known
+    working, all_done, spoiled = prep.working, prep.all_done, prep.spoiled
+    active = jnp.clip(obs.reply.active, 0, MS - 1)
+    outputs = dict(zip(FAMILIES, outputs, strict=True))
+    new_plans = {E(f).name: m for f, m in zip(FAMILIES, new_plans, strict=True)}
+    slot_of = {f: prep.slot_of[i] for i, f in enumerate(FAMILIES)}
 
     # Closing: once every sub-goal has an answer, the spoiled PD/SUB answers are re-made
     # from their plans' verified cards in the closing turn itself (no shock follows a

@@ -1,0 +1,48 @@
+"""Run a per-lane function only on the lanes that need it, in fixed-size chunks.
+
+Under ``vmap`` a per-lane choice between several expensive functions computes all of them
+for every lane. At the batch level we can do better: gather the lanes that need a function
+(needed lanes first, in lane order), run it vmapped over ``chunk`` lanes at a time, and
+scatter the results back, for as many chunks as there are needed lanes. The shapes stay
+static (one chunk); only the trip count of the loop depends on the data. Each lane's
+result is the function of that lane's inputs alone, so the outcome is the per-lane
+result, bit for bit, whatever the chunk size; lanes that do not need it keep ``out``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+
+def run_where(need: jax.Array, fn: Callable[..., Any], args: Any, out: Any, chunk: int) -> Any:
+    """``out`` with ``fn(*args[i])`` at every lane i where ``need[i]``.
+
+    ``need`` is bool [B]; ``args`` a tuple of pytrees and ``out`` a pytree, all with a
+    leading axis of B; ``fn`` maps one lane's args to one lane's ``out``."""
+    b = need.shape[0]
+    chunk = max(1, min(int(chunk), b))
+    order = jnp.argsort(~need, stable=True).astype(jnp.int32)  # needed lanes first
+    count = need.sum(dtype=jnp.int32)
+    n_chunks = (count + chunk - 1) // chunk
+    batched = jax.vmap(fn)
+
+    def body(i, acc):
+        # The last chunk may start before i * chunk (clamped to the end of ``order``); its
+        # positions below i * chunk were served by the previous chunk and are left alone.
+        start = jnp.minimum(i * chunk, b - chunk)
+        pos = start + jnp.arange(chunk, dtype=jnp.int32)
+        lanes = jax.lax.dynamic_slice(order, (start,), (chunk,))
+        mine = (pos >= i * chunk) & (pos < count)
+        res = batched(*jax.tree_util.tree_map(lambda a: a[lanes], args))
+
+        def put(a, r):
+            keep = mine.reshape(mine.shape + (1,) * (r.ndim - 1))
+            return a.at[lanes].set(jnp.where(keep, r, a[lanes]), unique_indices=True)
+
+        return jax.tree_util.tree_map(put, acc, res)
+
+    return jax.lax.fori_loop(0, n_chunks, body, out)
