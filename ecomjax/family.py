@@ -39,7 +39,8 @@ class OraclePlan(Protocol):
     """The family's solvability witness (SPEC §8.9): it sees observations only. ``sub`` is
     the sub-goal whose reply rows it reads (0 outside JOURNEY). A plan may also offer
     ``act_batch(memory, obs, catalog)`` over a batch (JOURNEY does: it runs each sub-goal
-    plan only on the lanes working on it); each lane's result must equal ``act``'s."""
+    plan only on the lanes working on it); each running lane's result must equal ``act``'s
+    (``Agent.act_batch``)."""
 
     def init_memory(self) -> Any: ...
 

@@ -18,11 +18,21 @@ import jax
 import jax.numpy as jnp
 
 
-def run_where(need: jax.Array, fn: Callable[..., Any], args: Any, out: Any, chunk: int) -> Any:
+def run_where(
+    need: jax.Array,
+    fn: Callable[..., Any],
+    args: Any,
+    out: Any,
+    chunk: int,
+    masked: bool = False,
+) -> Any:
     """``out`` with ``fn(*args[i])`` at every lane i where ``need[i]``.
 
     ``need`` is bool [B]; ``args`` a tuple of pytrees and ``out`` a pytree, all with a
-    leading axis of B; ``fn`` maps one lane's args to one lane's ``out``."""
+    leading axis of B; ``fn`` maps one lane's args to one lane's ``out``. With ``masked``,
+    ``out`` is a tuple and ``fn`` returns ``(values, keep)``, ``keep`` one bool per element
+    of ``out``: element j of a lane is written only where its ``keep[j]`` holds (a lane may
+    need the function for one output but not for another)."""
     b = need.shape[0]
     chunk = max(1, min(int(chunk), b))
     order = jnp.argsort(~need, stable=True).astype(jnp.int32)  # needed lanes first
@@ -39,10 +49,15 @@ def run_where(need: jax.Array, fn: Callable[..., Any], args: Any, out: Any, chun
         mine = (pos >= i * chunk) & (pos < count)
         res = batched(*jax.tree_util.tree_map(lambda a: a[lanes], args))
 
-        def put(a, r):
-            keep = mine.reshape(mine.shape + (1,) * (r.ndim - 1))
-            return a.at[lanes].set(jnp.where(keep, r, a[lanes]), unique_indices=True)
+        # Positions that are not this chunk's are sent out of bounds and dropped: no read of
+        # ``acc`` here, so the scatter can update the loop's buffers in place.
+        def put(acc, res, keep):
+            dest = jnp.where(keep, lanes, b)
+            return jax.tree_util.tree_map(lambda a, r: a.at[dest].set(r, mode="drop"), acc, res)
 
-        return jax.tree_util.tree_map(put, acc, res)
+        if not masked:
+            return put(acc, res, mine)
+        res, keep = res
+        return tuple(put(a, r, mine & k) for a, r, k in zip(acc, res, keep, strict=True))
 
     return jax.lax.fori_loop(0, n_chunks, body, out)

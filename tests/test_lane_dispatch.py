@@ -60,3 +60,32 @@ def test_run_where_with_no_lane_or_every_lane_needed():
             np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
     got, _ = both(jnp.zeros(B, bool), x, y, 8)
     assert (np.asarray(got["a"]) == -7.0).all()
+
+
+def masked_fn(x, y):
+    """Two outputs; the second is kept only where the lane's own result says so."""
+    values = fn(x, y)
+    return (values["a"], values["b"]), (True, values["a"] > 0)
+
+
+@partial(jax.jit, static_argnums=3)
+def both_masked(need, x, y, chunk):
+    out = (jnp.full(B, -7.0), jnp.full((B, 4), -1, jnp.int32))
+    (a, b), (_, keep_b) = jax.vmap(masked_fn)(x, y)
+    want = (jnp.where(need, a, out[0]), jnp.where((need & keep_b)[:, None], b, out[1]))
+    return run_where(need, masked_fn, (x, y), out, chunk, masked=True), want
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    bits=st.lists(st.booleans(), min_size=B, max_size=B),
+    chunk=st.sampled_from([1, 6, 37]),
+    seed=st.integers(0, 2**16),
+)
+def test_masked_outputs_are_written_only_where_kept(bits, chunk, seed):
+    kx, ky = jax.random.split(jax.random.key(seed))
+    x = jax.random.normal(kx, (B,))
+    y = jax.random.randint(ky, (B, 4), -5, 5)
+    got, want = both_masked(jnp.array(bits), x, y, chunk)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

@@ -18,7 +18,8 @@ class Agent(NamedTuple):
     for_family: Callable[[int], Any] | None = None
     # Optional: ``act`` over a batch (every argument with a leading lane axis). An agent
     # whose per-lane choice between costly branches can be dispatched at the batch level
-    # offers it; each lane's result must equal ``act``'s.
+    # offers it; each lane's result must equal ``act``'s, except on lanes whose episode
+    # has ended (``obs.done``), whose action is ignored and memory never read again.
     act_batch: Callable[..., Any] | None = None
 
 

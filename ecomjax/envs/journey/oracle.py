@@ -24,8 +24,6 @@ Two details keep the plans sound over a long conversation:
 
 from __future__ import annotations
 
-from functools import partial
-
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -35,6 +33,7 @@ from ecomjax.envs.pd.oracle import drop_shocked
 from ecomjax.envs.subgoal_families import SUBGOAL_FAMILIES
 from ecomjax.lane_dispatch import run_where
 from ecomjax.types import (
+    Action,
     Observation,
     UserAct,
     empty_action,
@@ -49,6 +48,7 @@ FAMILIES: tuple[E, ...] = tuple(f.env for f in SUBGOAL_FAMILIES)
 PLANS = {f.env: f.oracle for f in SUBGOAL_FAMILIES}
 RANKED_PLANS: tuple[E, ...] = (E.PD, E.SUB)  # families whose stored answer a shock can spoil
 RANKED = jnp.array(RANKED_PLANS)
+PD_I, SUB_I = FAMILIES.index(E.PD), FAMILIES.index(E.SUB)
 
 
 @struct.dataclass
@@ -142,6 +142,8 @@ class Prep:
     all_done: jax.Array
     spoiled: jax.Array
     slot_of: jax.Array  # int32 [len(FAMILIES)]: each family's sub-goal slot
+    chosen: jax.Array  # int32: the family whose plan acts unless a closing repair comes first
+    fix: jax.Array  # bool [len(FAMILIES)]: a spoiled stored answer to re-make (PD/SUB only)
     need: jax.Array  # bool [len(FAMILIES)]: the plans whose output this turn reads
 
 
@@ -169,13 +171,36 @@ def _prepare(mem: JourneyMemory, obs: Observation) -> Prep:
     fams = jnp.array(FAMILIES, jnp.int32)
     slot_of = jnp.argmax(sub_env[None, :] == fams[:, None], axis=1).astype(jnp.int32)
     # The action comes from the working sub-goal's plan (the first family's when that slot
-    # is empty, as the select chain in ``_finish`` falls back to it); in the closing turns
-    # the PD/SUB plans whose stored answers are spoiled run too (repair or re-made answer).
+    # is empty, as ``_pick`` falls back to it); in the closing turns the PD/SUB plans whose
+    # stored answers are spoiled run too (repair or re-made answer).
     chosen = sub_env[working]
     chosen = jnp.where(jnp.isin(chosen, fams[1:]), chosen, fams[0])
     fix = spoiled[slot_of] & (sub_env[None, :] == fams[:, None]).any(axis=1)
-    need = (fams == chosen) | (all_done & fix & jnp.isin(fams, RANKED))
-    return Prep(sub_env, n_sub, known, working, all_done, spoiled, slot_of, need)
+    fix = fix & jnp.isin(fams, RANKED)
+    need = (fams == chosen) | (all_done & fix)
+    return Prep(sub_env, n_sub, known, working, all_done, spoiled, slot_of, chosen, fix, need)
+
+
+def _stuck(prep: Prep, i: int, present) -> jax.Array:
+    """A closing turn in which ranked plan ``FAMILIES[i]`` must search again before its
+    spoiled answer can be re-made (it produced no answer): that plan acts this turn."""
+    return prep.all_done & prep.fix[i] & ~present
+
+
+def _pick(prep: Prep, actions: dict) -> Action:
+    """The acting plan's action: PD's if it is stuck, else SUB's if it is, else the chosen
+    plan's (``act_batch`` writes the same choice lane by lane)."""
+    s_pd = _stuck(prep, PD_I, actions[E.PD].answer.present)
+    s_sub = _stuck(prep, SUB_I, actions[E.SUB].answer.present)
+    action = actions[FAMILIES[0]]
+    for f in FAMILIES[1:]:
+        action = _where(prep.chosen == f, actions[f], action)
+    action = _where(s_sub, actions[E.SUB], action)
+    return _where(s_pd, actions[E.PD], action)
+
+
+def _where(c, a, b):
+    return jax.tree_util.tree_map(lambda x, y: jnp.where(c, x, y), a, b)
 
 
 def _run_plan(f: int, plan_mem, last_actor, obs: Observation, known: Known, slot, catalog):
@@ -195,43 +220,74 @@ def _run_plan(f: int, plan_mem, last_actor, obs: Observation, known: Known, slot
 def act(mem: JourneyMemory, obs: Observation, catalog, sub=0):
     del sub
     prep = _prepare(mem, obs)
-    ran = [
-        _run_plan(
+    ran = {
+        f: _run_plan(
             f, mem.plans[E(f).name], mem.last_actor, obs, prep.known, prep.slot_of[i], catalog
         )
         for i, f in enumerate(FAMILIES)
-    ]
-    return _finish(mem, obs, catalog, prep, [m for m, _ in ran], [a for _, a in ran])
+    }
+    outs = {f: a for f, (_, a) in ran.items()}
+    ranked = {f: (outs[f].answer.present, outs[f].answer.main) for f in RANKED_PLANS}
+    new_plans = [ran[f][0] for f in FAMILIES]
+    return _finish(mem, obs, catalog, prep, new_plans, _pick(prep, outs), ranked)
 
 
 def act_batch(mem: JourneyMemory, obs: Observation, catalog, chunk: int | None = None):
     """``act`` over a batch, running each plan only on the lanes that read its output (one
     or, in closing turns, up to three of the seven), in chunks of ``chunk`` lanes (default
-    ``ceil(B / 7)``; ``ecomjax.lane_dispatch``). Every lane's memory and action equal
-    ``act``'s."""
+    ``ceil(B / 7)``; ``ecomjax.lane_dispatch``). Each plan writes its action straight into
+    one shared buffer on the lanes where it acts (the choice of ``_pick``; PD and SUB go
+    first, since a stuck one of them acts instead of the chosen plan), so no lane carries
+    seven actions. On a lane whose episode has ended (``obs.done``) no plan runs: its
+    action is ignored and its memory never read again. On every other lane the memory and
+    action equal ``act``'s."""
     prep = jax.vmap(_prepare)(mem, obs)
-    chunk = chunk or -(-prep.need.shape[0] // len(FAMILIES))
-    idle = jax.vmap(lambda _: empty_action(catalog.embed_dim))(prep.working)
-    new_plans, outputs = [], []
+    prep = prep.replace(need=prep.need & ~obs.done[:, None])
+    b = prep.need.shape[0]
+    chunk = chunk or -(-b // len(FAMILIES))
+    action = jax.vmap(lambda _: empty_action(catalog.embed_dim))(prep.working)
+    no = jnp.zeros(b, bool)
+    main0 = jax.vmap(lambda _: empty_answer_fields())(prep.working)
+    new_plans, ranked, stuck = [], {}, {E.PD: no, E.SUB: no}
     for i, f in enumerate(FAMILIES):
+
+        def run(plan_mem, last_actor, o, known, p, s_pd, s_sub, i=i, f=f):
+            new, a = _run_plan(f, plan_mem, last_actor, o, known, p.slot_of[i], catalog)
+            present = a.answer.present
+            if f == E.PD:  # stuck PD acts; else the chosen plan, unless SUB is stuck
+                s_pd = _stuck(p, i, present)
+                acts = s_pd | (p.chosen == f)
+            elif f == E.SUB:
+                s_sub = _stuck(p, i, present)
+                acts = ~s_pd & (s_sub | (p.chosen == f))
+            else:
+                acts = ~s_pd & ~s_sub & (p.chosen == f)
+            values = (new, a, present, a.answer.main, s_pd if f == E.PD else s_sub)
+            ranked_f = f in RANKED_PLANS
+            return values, (True, acts, ranked_f, ranked_f, ranked_f)
+
         plan_mem = mem.plans[E(f).name]
-        args = (plan_mem, mem.last_actor, obs, prep.known, prep.slot_of[:, i])
-        got = run_where(
-            prep.need[:, i], partial(_run_plan, f, catalog=catalog), args, (plan_mem, idle), chunk
-        )
+        args = (plan_mem, mem.last_actor, obs, prep.known, prep, stuck[E.PD], stuck[E.SUB])
+        own_stuck = stuck.get(f, no)
+        out = (plan_mem, action, no, main0, own_stuck)
+        got = run_where(prep.need[:, i], run, args, out, chunk, masked=True)
         new_plans.append(got[0])
-        outputs.append(got[1])
-    return jax.vmap(lambda m, o, p, n, out: _finish(m, o, catalog, p, n, out))(
-        mem, obs, prep, new_plans, outputs
+        action = got[1]
+        if f in RANKED_PLANS:
+            ranked[f] = (got[2], got[3])
+            stuck[f] = got[4]
+    return jax.vmap(lambda m, o, p, n, a, r: _finish(m, o, catalog, p, n, a, r))(
+        mem, obs, prep, new_plans, action, ranked
     )
 
 
-def _finish(mem: JourneyMemory, obs: Observation, catalog, prep: Prep, new_plans, outputs):
+def _finish(mem: JourneyMemory, obs: Observation, catalog, prep: Prep, new_plans, action, ranked):
+    """The turn once the plans have run: ``action`` is the acting plan's (``_pick``),
+    ``ranked`` the PD/SUB plans' (answer.present, answer.main)."""
     events = obs.events
     sub_env, n_sub, known = prep.sub_env, prep.n_sub, prep.known
     working, all_done, spoiled = prep.working, prep.all_done, prep.spoiled
     active = jnp.clip(obs.reply.active, 0, MS - 1)
-    outputs = dict(zip(FAMILIES, outputs, strict=True))
     new_plans = {E(f).name: m for f, m in zip(FAMILIES, new_plans, strict=True)}
     slot_of = {f: prep.slot_of[i] for i, f in enumerate(FAMILIES)}
 
@@ -239,7 +295,7 @@ def _finish(mem: JourneyMemory, obs: Observation, catalog, prep: Prep, new_plans
     # from their plans' verified cards in the closing turn itself (no shock follows a
     # terminal turn). A plan that needs a new search gets a turn for it first.
     fix = {f: spoiled[slot_of[f]] & (sub_env == f).any() for f in RANKED_PLANS}
-    ready = {f: outputs[f].answer.present for f in RANKED_PLANS}
+    ready = {f: ranked[f][0] for f in RANKED_PLANS}
     stuck = {f: fix[f] & ~ready[f] for f in RANKED_PLANS}
     any_stuck = stuck[E.PD] | stuck[E.SUB]
     close = all_done & ~any_stuck
@@ -248,11 +304,6 @@ def _finish(mem: JourneyMemory, obs: Observation, catalog, prep: Prep, new_plans
     actor = jnp.where(repair_turn, stuck_slot, working).astype(jnp.int32)
     fam = sub_env[actor]
 
-    action = outputs[FAMILIES[0]]
-    for f in FAMILIES[1:]:
-        action = jax.tree_util.tree_map(
-            lambda a, b, f=f: jnp.where(fam == f, a, b), outputs[f], action
-        )
     # Relocate the acting plan's answer into subgoal_answers[actor] (not in a repair turn).
     ans = action.answer
     answering = ans.present & ~close & ~repair_turn
@@ -263,7 +314,7 @@ def _finish(mem: JourneyMemory, obs: Observation, catalog, prep: Prep, new_plans
     # The closing turn carries the repaired PD/SUB entries.
     for f in RANKED_PLANS:
         put = close & fix[f] & (jnp.arange(MS) == slot_of[f])
-        main_f = outputs[f].answer.main
+        main_f = ranked[f][1]
         sub_fields = jax.tree_util.tree_map(
             lambda s_, m_, put=put: jnp.where(
                 put.reshape(put.shape + (1,) * (s_.ndim - 1)), m_[None], s_
