@@ -5,6 +5,7 @@ starting a backend."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 from collections.abc import Iterable
@@ -13,12 +14,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def measured_root() -> Path:
+    """The checkout whose ``ecomjax`` this process imports: an A/B run imports an old
+    commit's worktree (PYTHONPATH) with this folder's scripts, and its rows must name that
+    commit. Found without importing the package (no jax here)."""
+    spec = importlib.util.find_spec("ecomjax")
+    if spec is None or spec.origin is None:
+        return ROOT
+    root = Path(spec.origin).resolve().parents[1]
+    return root if (root / ".git").exists() else ROOT  # an installed copy: these scripts
+
+
 def git_commit() -> str:
     """The measured commit, with "-dirty" when tracked files differ from it, so every row
     says which code it measured ("unknown" outside a git checkout)."""
+    root = measured_root()
 
     def git(*args: str) -> str:
-        out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
         return out.stdout.strip() if out.returncode == 0 else ""
 
     head = git("rev-parse", "--short=12", "HEAD")

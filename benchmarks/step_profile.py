@@ -30,13 +30,20 @@ import numpy as np
 from ecomjax import constants as C
 from ecomjax import curriculum as cur
 from ecomjax import difficulty as D
+from ecomjax.agents.base import batch_act
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.catalog.synthetic import generate_catalog
 from ecomjax.core import _store_answer, reset, verify
 from ecomjax.customer import reply
 from ecomjax.gates import turn_gates
 from ecomjax.registry import family, resolve_tasks
-from ecomjax.rollout import AGENT_STREAM, _by_family, max_turns_for, run_plan, step_batch
+from ecomjax.rollout import (
+    AGENT_STREAM,
+    _by_family,
+    max_turns_for,
+    run_plan,
+    step_batch,
+)
 from ecomjax.runner import make_plan
 from ecomjax.shocks import apply_shocks
 from ecomjax.tools.execute import mark_seen, run_tools
@@ -103,8 +110,8 @@ def profile(spec: str, catalog, batch: int, repeats: int, params: EnvParams) -> 
     memory = jax.jit(jax.vmap(agent.init, (0, 0, None)))(akeys, ts.observation, catalog)
     obs = ts.observation
 
-    def act(c, k, m, o):
-        return jax.vmap(agent.act, (0, 0, 0, None))(k, m, o, c)
+    def act(c, k, m, o):  # as the rollout calls it (JOURNEY's oracle dispatches its plans)
+        return batch_act(agent)(k, m, o, c)
 
     def tools(c, s, a, r, live):
         calls = turn_gates(a, live).calls
