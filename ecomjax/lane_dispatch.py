@@ -17,6 +17,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ecomjax.compact import first_true
+
 
 def run_where(
     need: jax.Array,
@@ -35,7 +37,9 @@ def run_where(
     need the function for one output but not for another)."""
     b = need.shape[0]
     chunk = max(1, min(int(chunk), b))
-    order = jnp.argsort(~need, stable=True).astype(jnp.int32)  # needed lanes first
+    # Needed lanes first, in lane order; -1 beyond them. A prefix count, not a stable sort
+    # (XLA's CPU sort is a comparator loop: ecomjax/compact.py).
+    order = first_true(need, b)
     count = need.sum(dtype=jnp.int32)
     n_chunks = (count + chunk - 1) // chunk
     batched = jax.vmap(fn)
@@ -47,6 +51,7 @@ def run_where(
         pos = start + jnp.arange(chunk, dtype=jnp.int32)
         lanes = jax.lax.dynamic_slice(order, (start,), (chunk,))
         mine = (pos >= i * chunk) & (pos < count)
+        lanes = jnp.where(mine, lanes, 0)  # padding rows compute on lane 0, then are dropped
         res = batched(*jax.tree_util.tree_map(lambda a: a[lanes], args))
 
         # Positions that are not this chunk's are sent out of bounds and dropped: no read of

@@ -21,6 +21,12 @@ def fn(x, y):
     return {"a": jnp.sin(x) * y.sum(), "b": (y * 3 + jnp.int32(x > 0)).astype(jnp.int32)}
 
 
+def _lanes(seed: int) -> tuple[jax.Array, jax.Array]:
+    """Random per-lane inputs x [B] float and y [B, 4] int."""
+    kx, ky = jax.random.split(jax.random.key(seed))
+    return jax.random.normal(kx, (B,)), jax.random.randint(ky, (B, 4), -5, 5)
+
+
 @partial(jax.jit, static_argnums=3)
 def both(need, x, y, chunk):
     out = {"a": jnp.full(B, -7.0), "b": jnp.full((B, 4), -1, jnp.int32)}
@@ -39,10 +45,7 @@ def both(need, x, y, chunk):
     seed=st.integers(0, 2**16),
 )
 def test_run_where_equals_select_over_every_lane(bits, chunk, seed):
-    kx, ky = jax.random.split(jax.random.key(seed))
-    x = jax.random.normal(kx, (B,))
-    y = jax.random.randint(ky, (B, 4), -5, 5)
-    got, want = both(jnp.array(bits), x, y, chunk)
+    got, want = both(jnp.array(bits), *_lanes(seed), chunk)
     for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
 
@@ -83,9 +86,6 @@ def both_masked(need, x, y, chunk):
     seed=st.integers(0, 2**16),
 )
 def test_masked_outputs_are_written_only_where_kept(bits, chunk, seed):
-    kx, ky = jax.random.split(jax.random.key(seed))
-    x = jax.random.normal(kx, (B,))
-    y = jax.random.randint(ky, (B, 4), -5, 5)
-    got, want = both_masked(jnp.array(bits), x, y, chunk)
+    got, want = both_masked(jnp.array(bits), *_lanes(seed), chunk)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
