@@ -228,6 +228,7 @@ def step(
     present: Sequence[int] | None = None,
     gates: TurnGates | None = None,
     search_masked: bool = False,
+    mark_search: bool = True,
 ) -> tuple[EpisodeState, TimeStep]:
     """One agent turn. ``search`` may be resolved beforehand (batch-skippable stage or the
     host's FAISS); otherwise the device retrieval runs here. ``families`` (static) are the
@@ -238,6 +239,8 @@ def step(
     batched driver (``rollout.step_batch``); see ``ecomjax.gates``. ``search_masked``
     (static) says ``search`` holds no rows for an episode that hard-fails this turn or has
     ended (``step_batch`` resolves only the others'), so they need no masking here.
+    ``mark_search=False`` (static) leaves the search rows out of Seen, for a batched driver
+    that marks them itself (nothing later in the turn reads Seen).
 
     There is no step key: every draw comes from the episode key (SPEC §12), so the same
     seed and action sequence replay bit-identically."""
@@ -304,7 +307,7 @@ def step(
         t_user=dlg.t_user + (live & ~rep.quit & rep.act.user_caused).astype(jnp.int32)
     )
     # The results delivered now become Seen for later turns.
-    world = mark_seen(world, results, catalog.n_products, calls)
+    world = mark_seen(world, results, catalog.n_products, calls, mark_search)
     termination = jnp.select(
         [failed, agent_done, t_max_hit, quit_],
         [TM.HARD_FAIL, TM.AGENT_DONE, TM.T_MAX, TM.USER_QUIT],

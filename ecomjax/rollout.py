@@ -27,6 +27,7 @@ from ecomjax.catalog.types import Catalog
 from ecomjax.core import reset, step, turn_hard_fail, verify
 from ecomjax.gates import turn_gates
 from ecomjax.registry import family
+from ecomjax.tools.execute import mark_searched_batch
 from ecomjax.tools.search import resolve_batch
 from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, TimeStep, zero_reward
 from ecomjax.verify import ALL_FAMILIES
@@ -136,8 +137,22 @@ def step_batch(
         hard = jax.vmap(turn_hard_fail, (0, 0, None))(states, actions, params)
         search = resolve_batch(catalog, states, actions, params, live & (hard == C.HardFail.NONE))
     gates = turn_gates(actions, live)
-    one = partial(step, families=(), present=tuple(present), gates=gates, search_masked=masked)
-    return jax.vmap(one, (None, 0, 0, None, 0))(catalog, states, actions, params, search)
+    # With the dense Seen layout, the search rows join Seen for the whole batch at once,
+    # visiting only the rows that hold results (tools.execute.mark_searched_batch).
+    batch_mark = masked and states.world.seen_ids.shape[1] == 0
+    one = partial(
+        step,
+        families=(),
+        present=tuple(present),
+        gates=gates,
+        search_masked=masked,
+        mark_search=not batch_mark,
+    )
+    states, ts = jax.vmap(one, (None, 0, 0, None, 0))(catalog, states, actions, params, search)
+    if batch_mark:
+        world = mark_searched_batch(states.world, search, params.search_batch)
+        states = states.replace(world=world)
+    return states, ts
 
 
 def _turns(catalog, agents, runs, params, akeys, carry, max_turns, families, watch=None):

@@ -14,6 +14,7 @@ from flax import struct
 from ecomjax import constants as C
 from ecomjax import exposure as X
 from ecomjax.catalog.types import Catalog
+from ecomjax.compact import first_true
 from ecomjax.tools import cart as cart_tools
 from ecomjax.tools import orders as order_tools
 from ecomjax.tools import policy as policy_tools
@@ -322,12 +323,17 @@ def _assemble(catalog: Catalog, tools: jax.Array, rows: Row, search: SearchResul
 
 
 def mark_seen(
-    world: World, results: ToolResults, n_products: int, calls: jax.Array | None = None
+    world: World,
+    results: ToolResults,
+    n_products: int,
+    calls: jax.Array | None = None,
+    search_rows: bool = True,
 ) -> World:
     """Delivered product rows join Seen; only later uses count as grounded (SPEC §7).
 
     ``calls`` as in ``run_tools``: when no episode of the batch searched this turn, the
-    search rows (all -1 then) are not scattered."""
+    search rows (all -1 then) are not scattered. ``search_rows=False`` (static) leaves the
+    search rows to ``mark_searched_batch``."""
     product_rows = jnp.isin(results.tool, jnp.array(PRODUCT_ROW_TOOLS))
     live = (
         product_rows[:, None]
@@ -345,6 +351,35 @@ def mark_seen(
     def without(w: World) -> World:
         return X.insert(w, small, n_products, seen=True, oos=False)
 
+    if not search_rows:
+        return without(world)
     # The search rows belong to search (and host-resolved rerank) slots only.
     searched = calls[:, T.CATALOG_SEARCH].any() | calls[:, T.CATALOG_RERANK].any()
     return jax.lax.cond(searched, with_search, without, world)
+
+
+def mark_searched_batch(world: World, search: SearchResults, chunk: int) -> World:
+    """The search rows of a whole batch join Seen (dense layout: ``seen`` [B, N]).
+
+    Per episode, Seen takes every slot's 200 result ids whether the slot searched or not;
+    here only the rows that hold results are visited, ``chunk`` rows at a time, so the
+    scatter follows the number of searches, not B x call slots. ``search`` must already be
+    empty where nothing was delivered (``rollout.step_batch``'s masked retrieval)."""
+    b, n = world.seen.shape
+    rows = search.ids.reshape(-1, search.ids.shape[-1])
+    has = (rows >= 0).any(-1)
+    count = has.sum(dtype=jnp.int32)
+    nb = rows.shape[0]
+    order = jnp.pad(first_true(has, nb), (0, -(-nb // chunk) * chunk - nb), constant_values=-1)
+    calls = nb // b
+
+    def body(i, flat):
+        idx = jax.lax.dynamic_slice(order, (i * chunk,), (chunk,))
+        valid = idx >= 0
+        got = rows[jnp.where(valid, idx, 0)]
+        ok = valid[:, None] & (got >= 0) & (got < n)
+        dest = jnp.where(ok, (idx // calls)[:, None] * n + got, b * n)
+        return flat.at[dest.reshape(-1)].set(True, mode="drop")
+
+    flat = jax.lax.fori_loop(0, (count + chunk - 1) // chunk, body, world.seen.reshape(-1))
+    return world.replace(seen=flat.reshape(b, n))
