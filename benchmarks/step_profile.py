@@ -37,13 +37,7 @@ from ecomjax.core import _store_answer, reset, verify
 from ecomjax.customer import reply
 from ecomjax.gates import turn_gates
 from ecomjax.registry import family, resolve_tasks
-from ecomjax.rollout import (
-    AGENT_STREAM,
-    _by_family,
-    max_turns_for,
-    run_plan,
-    step_batch,
-)
+from ecomjax.rollout import AGENT_STREAM, _by_family, max_turns_for, run_plan, step_batch
 from ecomjax.runner import make_plan
 from ecomjax.shocks import apply_shocks
 from ecomjax.tools.execute import mark_seen, run_tools

@@ -95,8 +95,8 @@ def init_fields(
 
 
 def is_dense(world: World) -> bool:
-    """Static: the layout is a property of the shapes."""
-    return world.seen_ids.shape[0] == 0
+    """Static: the layout is a property of the shapes (of one world or a batch of them)."""
+    return world.seen_ids.shape[-1] == 0
 
 
 def lookup(world: World, pids: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -22,6 +22,7 @@ import numpy as np
 from flax import struct
 
 from ecomjax import constants as C
+from ecomjax import exposure as X
 from ecomjax.agents.base import Agent, batch_act
 from ecomjax.catalog.types import Catalog
 from ecomjax.core import reset, step, turn_hard_fail, verify
@@ -139,7 +140,7 @@ def step_batch(
     gates = turn_gates(actions, live)
     # With the dense Seen layout, the search rows join Seen for the whole batch at once,
     # visiting only the rows that hold results (tools.execute.mark_searched_batch).
-    batch_mark = masked and states.world.seen_ids.shape[1] == 0
+    batch_mark = masked and X.is_dense(states.world)
     one = partial(
         step,
         families=(),

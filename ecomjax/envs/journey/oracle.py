@@ -294,7 +294,7 @@ def _finish(mem: JourneyMemory, obs: Observation, catalog, prep: Prep, new_plans
     # Closing: once every sub-goal has an answer, the spoiled PD/SUB answers are re-made
     # from their plans' verified cards in the closing turn itself (no shock follows a
     # terminal turn). A plan that needs a new search gets a turn for it first.
-    fix = {f: spoiled[slot_of[f]] & (sub_env == f).any() for f in RANKED_PLANS}
+    fix = {f: prep.fix[FAMILIES.index(f)] for f in RANKED_PLANS}  # one home: _prepare
     ready = {f: ranked[f][0] for f in RANKED_PLANS}
     stuck = {f: fix[f] & ~ready[f] for f in RANKED_PLANS}
     any_stuck = stuck[E.PD] | stuck[E.SUB]
