@@ -163,15 +163,19 @@ def template_shows_tools(tokenizer: Any) -> bool:
 
 
 def tools_as_text(conversation: list[dict], tools: list[dict]) -> list[dict]:
-    """``conversation`` for a template without tool support: the tools appended to the
+    """``conversation`` for a template without tool support: the tool block opens the
     system message, assistant calls as ``<tool_call>`` blocks, tool results as user turns
-    of ``<tool_response>`` blocks (consecutive results in one turn, as Qwen2.5 does)."""
+    of ``<tool_response>`` blocks (consecutive results in one turn, as Qwen2.5 does).
+
+    The tools come before the episode's own system text (its date, budgets and task) so
+    that every episode's prompt starts with the same ~3.5k tokens: a prefix cache (ours,
+    vLLM's or llama.cpp's) then computes them once, not once per episode."""
     out: list[dict] = []
     block = TOOLS_PROMPT.format(tools="\n".join(json.dumps(t) for t in tools)) if tools else ""
     msgs = list(conversation)
     if block:
         if msgs and msgs[0].get("role") == "system":
-            msgs[0] = {"role": "system", "content": f"{msgs[0].get('content') or ''}\n\n{block}"}
+            msgs[0] = {"role": "system", "content": f"{block}\n\n{msgs[0].get('content') or ''}"}
         else:
             msgs.insert(0, {"role": "system", "content": block})
     for m in msgs:

@@ -94,6 +94,37 @@ def test_prefix_cache_computes_only_new_tokens_and_generates_the_same(tiny):
     assert cached._kv == kept
 
 
+def test_a_new_episode_reuses_the_cached_tool_block(tiny):
+    """With the tools written into the prompt, they open it: two episodes whose system
+    texts differ (another date, another task) share the whole tool block, and the second
+    episode's first call prefills only what follows it (fails with the tools after the
+    system text, where the shared prefix ends at the first differing character)."""
+    model, tok = tiny
+    backend = TransformersBackend(model, tok, max_new_tokens=2, prefix_cache=1)
+    assert backend.tools_in_prompt
+    tools = [
+        {"type": "function", "function": {"name": f"tool_{i}", "parameters": {}}}
+        for i in range(8)
+    ]
+    first = [{"role": "system", "content": "Today is Monday."}, {"role": "user", "content": "hi"}]
+    second = [{"role": "system", "content": "Today is Friday."}, {"role": "user", "content": "hi"}]
+    backend.generate([first], tools)
+    fed: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda _m, _a, kw: fed.append(kw["input_ids"].shape[1]), with_kwargs=True
+    )
+    try:
+        (g,) = backend.generate([second], tools)
+    finally:
+        hook.remove()
+    block = tok(
+        BK.TOOLS_PROMPT.format(tools="\n".join(json.dumps(t) for t in tools)),
+        add_special_tokens=False,
+    )["input_ids"]
+    assert len(block) > 100
+    assert fed[0] <= len(g.prompt_ids) - len(block)
+
+
 def test_prompt_cap_fails_only_the_long_conversation(tiny):
     model, tok = tiny
     convs = [CONVS[1], CONVS[1] + CONVS[0]]
@@ -167,7 +198,8 @@ def test_tools_go_in_the_prompt_when_the_template_cannot_show_them(tiny):
     ]
     msgs = BK.tools_as_text(conv, [tool])
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
-    assert msgs[0]["content"].startswith("you are a shopping agent\n\n# Tools")
+    assert msgs[0]["content"].startswith("# Tools")
+    assert msgs[0]["content"].endswith("</tool_call>\n\nyou are a shopping agent")
     assert json.dumps(tool) in msgs[0]["content"]
     assert (
         msgs[2]["content"]
