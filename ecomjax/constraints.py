@@ -133,6 +133,19 @@ def feasible(
     return constraint_holds(catalog, pids, attr, op, val).all(-1) & known
 
 
+def required_category(
+    catalog: Catalog, attr: jax.Array, op: jax.Array, val: jax.Array
+) -> jax.Array:
+    """int32: the category every product satisfying the set must have (its first live
+    ``category eq`` constraint, SPEC §8.1-2), or -1 when no such constraint names a
+    category of the catalog (then no category bounds the satisfying products)."""
+    is_cat = (attr == A.CAT) & (op == 0)
+    first = jnp.argmax(is_cat)
+    v = val[first]
+    ok = is_cat.any() & (v >= 0) & (v < catalog.n_categories) & (v == jnp.floor(v))
+    return jnp.where(ok, v, -1).astype(jnp.int32)
+
+
 def to_filters(attr: jax.Array, op: jax.Array, val: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The catalog_search filters equivalent to a constraint set: (filter_disc int32
     [N_DISC_FILTERS] with -1 = none, filter_num float32 [N_NUM_FILTERS] with NaN = none)."""

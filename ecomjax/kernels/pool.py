@@ -30,6 +30,7 @@ __all__ = [
     "dcg_weights",
     "pool_stats",
     "pool_stats_batch",
+    "pool_stats_in_category",
     "pool_stats_reference",
 ]
 
@@ -90,6 +91,49 @@ def pool_stats(member: MemberFn, args: PyTree, n: int, k: int, chunk: int = 4096
         return _fold(state, mask & (idx >= fresh_from), key, k), None
 
     out, _ = lax.scan(body, _empty(k), jnp.arange(math.ceil(n / c), dtype=jnp.int32))
+    return out
+
+
+def pool_stats_in_category(
+    member: MemberFn,
+    args: PyTree,
+    cat_order: jax.Array,
+    cat_offsets: jax.Array,
+    cat: jax.Array,
+    k: int,
+    chunk: int,
+) -> PoolStats:
+    """``pool_stats`` of a pool whose members all lie in category ``cat``: only that
+    category's run of ``cat_order`` (``cat_offsets[cat]`` to ``cat_offsets[cat + 1]``) is
+    read, ``chunk`` rows a step, for as many steps as the run needs; ``cat`` < 0 reads all
+    n rows the same way. The statistics are values (a multiset's count, extremes and top
+    k), so they equal ``pool_stats`` over the whole catalog whenever no member lies
+    outside the run. Under ``vmap`` the loop runs to the longest lane's run.
+
+    Why: PD's and SUB's pools hold only the goal category (its ``eq`` constraint is
+    critical), about 1/40 of the catalog; a whole-catalog scan per episode was most of
+    their verification and grows with N. ``chunk`` (static) bounds the step's memory."""
+    if k < 1 or chunk < 1:
+        raise ValueError(f"need k >= 1 and chunk >= 1, got k={k}, chunk={chunk}")
+    n = int(cat_order.shape[0])
+    if n == 0:
+        return _empty(k)
+    c = min(chunk, n)
+    lane = jnp.arange(c, dtype=jnp.int32)
+    whole = cat < 0
+    known = jnp.clip(cat, 0, cat_offsets.shape[0] - 2)
+    start = jnp.where(whole, 0, cat_offsets[known]).astype(jnp.int32)
+    size = jnp.where(whole, n, cat_offsets[known + 1] - cat_offsets[known]).astype(jnp.int32)
+
+    def body(carry: tuple[jax.Array, PoolStats]) -> tuple[jax.Array, PoolStats]:
+        i, state = carry
+        pos = i * c + lane
+        row = jnp.clip(start + pos, 0, n - 1)
+        idx = jnp.where(whole, row, cat_order[row]).astype(jnp.int32)
+        mask, key = member(args, idx)
+        return i + 1, _fold(state, mask & (pos < size), key, k)
+
+    _, out = lax.while_loop(lambda c_: c_[0] * c < size, body, (jnp.int32(0), _empty(k)))
     return out
 
 

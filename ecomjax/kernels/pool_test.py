@@ -20,6 +20,7 @@ from ecomjax.kernels.pool import (
     PoolStats,
     pool_stats,
     pool_stats_batch,
+    pool_stats_in_category,
     pool_stats_reference,
 )
 
@@ -121,3 +122,32 @@ def test_no_batch_by_catalog_intermediate():
     jaxpr = jax.make_jaxpr(lambda a: pool_stats_batch(member, a, N, 10, 64))(args).jaxpr
     big = [s for s in _shapes(jaxpr) if N in s]
     assert not big, big
+
+
+def _categories(seed: int, n: int = N, n_cat: int = 13):
+    """A random category per row, and the category index a catalog keeps: rows of each
+    category in ascending index (``cat_order``) and each run's start (``cat_offsets``)."""
+    cat = np.asarray(jax.random.randint(jax.random.key(seed), (n,), 0, n_cat))
+    order = np.argsort(cat, kind="stable").astype(np.int32)
+    offsets = np.searchsorted(cat[order], np.arange(n_cat + 1)).astype(np.int32)
+    return jnp.asarray(cat), jnp.asarray(order), jnp.asarray(offsets)
+
+
+@pytest.mark.parametrize("chunk", [5, 64, 2048])
+def test_category_pool_equals_the_whole_catalog_scan(chunk):
+    """When every member lies in one category, reading that category's rows alone gives
+    the whole scan's statistics bit for bit; a lane with category -1 reads every row. It
+    fails if the run is cut short (a chunk that stops before the run's end) or misplaced."""
+    avail, feas, key = _cases(chunk)
+    row_cat, order, offsets = _categories(chunk)
+    goal = jax.random.randint(jax.random.key(chunk + 1), (B,), -1, 13)
+    # Members only in the goal category (anywhere for the lanes with -1).
+    feas = feas & ((row_cat[None, :] == goal[:, None]) | (goal[:, None] < 0))
+    args = (avail, feas, key)
+    got = jax.jit(
+        jax.vmap(lambda a, c: pool_stats_in_category(member, a, order, offsets, c, 10, chunk))
+    )(args, goal)
+    ref = jax.jit(lambda a: pool_stats_batch(member, a, N, 10, 4096))(args)
+    _assert_equal(got, ref)
+    assert int((goal < 0).sum()) > 0 and int(got.count.min()) >= 0
+    assert int((got.count > 0).sum()) > B // 2  # the pools are not trivially empty

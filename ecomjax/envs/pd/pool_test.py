@@ -200,3 +200,54 @@ def test_exchange_reservation_makes_a_unit_unavailable(catalog, problems, name):
     assert not bool(_pool(catalog, p, held, ROW[name])[pid])
     reference = pd_reference if name == "PD" else sub_reference
     np.testing.assert_allclose(float(sc.r_task), reference(catalog, p, held, rec)[0], atol=2e-5)
+
+
+@pytest.mark.parametrize("name", ["PD", "SUB"])
+def test_goal_category_pool_scores_as_the_whole_catalog(catalog, problems, name):
+    """The verifier reads only the goal category's rows for F_end (``goal_pool_stats``);
+    over 420 problems x 2 worlds with random forced-out products and answers mixing goal
+    category products, other ids and unknown ids, every Score field equals the
+    whole-catalog scan's (a catalog without its category index) bit for bit. Every other
+    problem loses its category constraint, which takes the whole-catalog path."""
+    p = problems[name]
+    row = ROW[name]
+    n = catalog.n_products
+    strip = (jnp.arange(B) % 2 == 1)[:, None] & (p.cons_attr[:, row] == C.Attr.CAT)
+    p = p.replace(cons_attr=p.cons_attr.at[:, row].set(jnp.where(strip, -1, p.cons_attr[:, row])))
+    goal = jnp.where(
+        strip.any(1),
+        0,
+        jnp.take_along_axis(
+            p.cons_val[:, row], jnp.argmax(p.cons_attr[:, row] == C.Attr.CAT, 1)[:, None], 1
+        )[:, 0],
+    ).astype(jnp.int32)
+
+    def case(key, problem, cat):
+        k1, k2, k3, k4 = jax.random.split(key, 4)
+        world = init_world(n)
+        world = world.replace(oos=jax.random.uniform(k1, (n,)) < 0.3)
+        start, size = (
+            catalog.cat_offsets[cat],
+            catalog.cat_offsets[cat + 1] - catalog.cat_offsets[cat],
+        )
+        in_cat = catalog.cat_order[start + jax.random.randint(k2, (C.MAX_ANSWER_IDS,), 0, size)]
+        other = jax.random.randint(k3, (C.MAX_ANSWER_IDS,), -3, n)
+        rec = jnp.where(jax.random.uniform(k4, (C.MAX_ANSWER_IDS,)) < 0.6, in_cat, other)
+        ans = empty_answer_fields().replace(env=jnp.int32(E[name]), rec=rec.astype(jnp.int32))
+        return world, ans
+
+    verify = family(name).verify
+    whole = catalog.replace(max_cat_size=0)
+    for seed in (1, 2):
+        keys = jax.random.split(jax.random.key(seed), B)
+        worlds, answers = jax.vmap(case)(keys, p, goal)
+        args = (p, worlds, None, answers, jnp.ones(B, bool))
+        axes = (0, 0, None, 0, 0)
+        got = jax.jit(jax.vmap(lambda *a: verify(catalog, *a), axes))(*args)
+        ref = jax.jit(jax.vmap(lambda *a: verify(whole, *a), axes))(*args)
+        for field in ("r_task", "is_correct", "detail"):
+            np.testing.assert_array_equal(
+                np.asarray(getattr(got, field)), np.asarray(getattr(ref, field)), err_msg=field
+            )
+        r = np.asarray(got.r_task)
+        assert len(np.unique(r)) > 50 and r.max() > 0.5  # varied, some answers good

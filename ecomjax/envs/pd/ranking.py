@@ -9,13 +9,22 @@ import jax.numpy as jnp
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
 from ecomjax.compact import compact
-from ecomjax.constraints import feasible
-from ecomjax.kernels.pool import PoolStats, dcg_weights
+from ecomjax.constraints import feasible, required_category
+from ecomjax.kernels.pool import (
+    MemberFn,
+    PoolStats,
+    dcg_weights,
+    pool_stats,
+    pool_stats_in_category,
+)
 from ecomjax.types import Problem, World
 from ecomjax.world import product_stock_qty, safe
 
 K = C.MAX_K_REC
 POOL_CHUNK = 4096  # rows per step of the pool kernel (a 1000-product catalog is one step)
+# Rows per step of a category-bounded pool (a 1000-product catalog's largest category, 36
+# rows, is one step): small enough that a batch's gathered rows stay small at any N.
+CATEGORY_CHUNK = 512
 
 
 def known(catalog: Catalog, pids: jax.Array) -> jax.Array:
@@ -41,6 +50,21 @@ def answer_list(rec: jax.Array, k: jax.Array) -> tuple[jax.Array, jax.Array, jax
     earlier = (ids[None, :] == ids[:, None]) & (jnp.arange(K)[None, :] < jnp.arange(K)[:, None])
     first = ~(earlier & live[None, :]).any(-1)
     return jnp.where(live, ids, -1), live, first
+
+
+def goal_pool_stats(catalog: Catalog, problem: Problem, row: int, member: MemberFn) -> PoolStats:
+    """Pool statistics of constraint row ``row`` (0 PD, 1 SUB) for a ``member`` that
+    requires the row's constraints: only the goal category's rows are read when the set
+    has its category constraint (always, for generated problems), else the whole catalog.
+    Equal to the whole-catalog scan bit for bit (``pool_test.py``)."""
+    if catalog.max_cat_size <= 0:  # no category index on this catalog
+        return pool_stats(member, None, catalog.n_products, K, POOL_CHUNK)
+    cons = (problem.cons_attr[row], problem.cons_op[row], problem.cons_val[row])
+    cat = required_category(catalog, *cons)
+    chunk = min(CATEGORY_CHUNK, catalog.max_cat_size)
+    return pool_stats_in_category(
+        member, None, catalog.cat_order, catalog.cat_offsets, cat, K, chunk
+    )
 
 
 def idcg(stats: PoolStats, rel_of_key, k: jax.Array) -> jax.Array:

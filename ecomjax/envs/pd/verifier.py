@@ -16,16 +16,16 @@ from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import feasible, satisfaction
 from ecomjax.envs.pd.ranking import (
-    POOL_CHUNK,
     K,
     answer_list,
     available,
+    goal_pool_stats,
     idcg,
     known,
     ndcg,
     r_avail,
 )
-from ecomjax.kernels.pool import dcg_weights, pool_stats
+from ecomjax.kernels.pool import dcg_weights
 from ecomjax.types import AnswerFields, Dialogue, Problem, Score, World, make_score
 
 
@@ -52,7 +52,7 @@ def pd_score(catalog: Catalog, problem: Problem, world: World, rec: jax.Array):
         ok = feasible(catalog, idx, attr, op, val) & available(catalog, problem, world, idx)
         return ok, priority_key(catalog, idx, problem.priority)
 
-    stats = pool_stats(member, None, catalog.n_products, K, POOL_CHUNK)
+    stats = goal_pool_stats(catalog, problem, 0, member)
     span = stats.hi - stats.lo
 
     def rel_of_key(key):

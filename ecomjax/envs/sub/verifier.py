@@ -13,16 +13,16 @@ from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import feasible
 from ecomjax.envs.pd.ranking import (
-    POOL_CHUNK,
     K,
     answer_list,
     available,
+    goal_pool_stats,
     idcg,
     known,
     ndcg,
     r_avail,
 )
-from ecomjax.kernels.pool import dcg_weights, pool_stats
+from ecomjax.kernels.pool import dcg_weights
 from ecomjax.types import AnswerFields, Dialogue, Problem, Score, World, make_score
 
 
@@ -49,7 +49,7 @@ def sub_score(catalog: Catalog, problem: Problem, world: World, rec: jax.Array):
     def rel_of_key(cos):
         return 1.0 - lam * (1.0 - (cos + 1.0) / 2.0)
 
-    stats = pool_stats(member, None, catalog.n_products, K, POOL_CHUNK)
+    stats = goal_pool_stats(catalog, problem, 1, member)
     ids, live, first = answer_list(rec, k)
     rel = jnp.where(live & first & in_pool(ids), rel_of_key(cosine(catalog, p0, ids)), 0.0)
     dcg = (rel * dcg_weights(K)).sum()
