@@ -102,39 +102,54 @@ def pool_stats_in_category(
     cat: jax.Array,
     k: int,
     chunk: int,
+    whole_chunk: int = 4096,
+    active: jax.Array | bool = True,
 ) -> PoolStats:
     """``pool_stats`` of a pool whose members all lie in category ``cat``: only that
     category's run of ``cat_order`` (``cat_offsets[cat]`` to ``cat_offsets[cat + 1]``) is
-    read, ``chunk`` rows a step, for as many steps as the run needs; ``cat`` < 0 reads all
-    n rows the same way. The statistics are values (a multiset's count, extremes and top
-    k), so they equal ``pool_stats`` over the whole catalog whenever no member lies
-    outside the run. Under ``vmap`` the loop runs to the longest lane's run.
+    read, ``chunk`` rows a step, for as many steps as the run needs. ``cat`` < 0 (no
+    category bounds the pool) reads all n rows, ``whole_chunk`` a step; ``active`` False
+    reads no row and gives the empty pool's statistics (a lane whose score is discarded).
+    The statistics are values (a multiset's count, extremes and top k), so they equal
+    ``pool_stats`` over the whole catalog whenever no member lies outside the run.
 
     Why: PD's and SUB's pools hold only the goal category (its ``eq`` constraint is
     critical), about 1/40 of the catalog; a whole-catalog scan per episode was most of
-    their verification and grows with N. ``chunk`` (static) bounds the step's memory."""
-    if k < 1 or chunk < 1:
-        raise ValueError(f"need k >= 1 and chunk >= 1, got k={k}, chunk={chunk}")
+    their verification and grows with N. Each of the two loops runs, under ``vmap``, to
+    the longest lane's count of its own steps, so a batch whose lanes all have a category
+    pays nothing for the whole-catalog loop. ``chunk`` and ``whole_chunk`` are static."""
+    if k < 1 or chunk < 1 or whole_chunk < 1:
+        raise ValueError(f"need k, chunk, whole_chunk >= 1, got {k}, {chunk}, {whole_chunk}")
     n = int(cat_order.shape[0])
     if n == 0:
         return _empty(k)
-    c = min(chunk, n)
-    lane = jnp.arange(c, dtype=jnp.int32)
-    whole = cat < 0
     known = jnp.clip(cat, 0, cat_offsets.shape[0] - 2)
-    start = jnp.where(whole, 0, cat_offsets[known]).astype(jnp.int32)
-    size = jnp.where(whole, n, cat_offsets[known + 1] - cat_offsets[known]).astype(jnp.int32)
+    start = cat_offsets[known].astype(jnp.int32)
+    size = (cat_offsets[known + 1] - cat_offsets[known]).astype(jnp.int32)
+    in_cat = jnp.asarray(active) & (cat >= 0)
+    whole = jnp.asarray(active) & (cat < 0)
 
-    def body(carry: tuple[jax.Array, PoolStats]) -> tuple[jax.Array, PoolStats]:
-        i, state = carry
-        pos = i * c + lane
-        row = jnp.clip(start + pos, 0, n - 1)
-        idx = jnp.where(whole, row, cat_order[row]).astype(jnp.int32)
-        mask, key = member(args, idx)
-        return i + 1, _fold(state, mask & (pos < size), key, k)
+    def scan(state: PoolStats, c: int, rows: jax.Array, to_ids) -> PoolStats:
+        """Folds positions 0 .. rows - 1, c a step; ``to_ids`` maps positions to rows."""
+        lane = jnp.arange(c, dtype=jnp.int32)
 
-    _, out = lax.while_loop(lambda c_: c_[0] * c < size, body, (jnp.int32(0), _empty(k)))
-    return out
+        def body(carry: tuple[jax.Array, PoolStats]) -> tuple[jax.Array, PoolStats]:
+            i, st = carry
+            pos = i * c + lane
+            mask, key = member(args, to_ids(jnp.clip(pos, 0, n - 1)))
+            return i + 1, _fold(st, mask & (pos < rows), key, k)
+
+        _, out = lax.while_loop(lambda cr: cr[0] * c < rows, body, (jnp.int32(0), state))
+        return out
+
+    c = min(chunk, n)
+    state = scan(
+        _empty(k),
+        c,
+        jnp.where(in_cat, size, 0),
+        lambda pos: cat_order[jnp.clip(start + pos, 0, n - 1)].astype(jnp.int32),
+    )
+    return scan(state, min(whole_chunk, n), jnp.where(whole, n, 0), lambda pos: pos)
 
 
 def pool_stats_batch(

@@ -136,18 +136,27 @@ def _categories(seed: int, n: int = N, n_cat: int = 13):
 @pytest.mark.parametrize("chunk", [5, 64, 2048])
 def test_category_pool_equals_the_whole_catalog_scan(chunk):
     """When every member lies in one category, reading that category's rows alone gives
-    the whole scan's statistics bit for bit; a lane with category -1 reads every row. It
-    fails if the run is cut short (a chunk that stops before the run's end) or misplaced."""
+    the whole scan's statistics bit for bit; a lane with category -1 reads every row (in
+    chunks of another width), an inactive lane none (the empty pool). It fails if the run
+    is cut short (a chunk that stops before the run's end) or misplaced."""
     avail, feas, key = _cases(chunk)
     row_cat, order, offsets = _categories(chunk)
     goal = jax.random.randint(jax.random.key(chunk + 1), (B,), -1, 13)
     # Members only in the goal category (anywhere for the lanes with -1).
     feas = feas & ((row_cat[None, :] == goal[:, None]) | (goal[:, None] < 0))
     args = (avail, feas, key)
-    got = jax.jit(
-        jax.vmap(lambda a, c: pool_stats_in_category(member, a, order, offsets, c, 10, chunk))
-    )(args, goal)
+    active = jnp.arange(B) % 7 != 3
+
+    def one(a, c, on):
+        return pool_stats_in_category(member, a, order, offsets, c, 10, chunk, chunk + 3, on)
+
+    got = jax.jit(jax.vmap(one))(args, goal, active)
     ref = jax.jit(lambda a: pool_stats_batch(member, a, N, 10, 4096))(args)
+    empty = jax.vmap(lambda _: pool_stats_reference(member, args, 0, 10))(goal)
+    on = np.asarray(active)
+    ref = jax.tree_util.tree_map(
+        lambda r, e: np.where(on.reshape(-1, *[1] * (r.ndim - 1)), r, e), ref, empty
+    )
     _assert_equal(got, ref)
     assert int((goal < 0).sum()) > 0 and int(got.count.min()) >= 0
     assert int((got.count > 0).sum()) > B // 2  # the pools are not trivially empty

@@ -208,7 +208,8 @@ def test_goal_category_pool_scores_as_the_whole_catalog(catalog, problems, name)
     over 420 problems x 2 worlds with random forced-out products and answers mixing goal
     category products, other ids and unknown ids, every Score field equals the
     whole-catalog scan's (a catalog without its category index) bit for bit. Every other
-    problem loses its category constraint, which takes the whole-catalog path."""
+    problem loses its category constraint, which takes the whole-catalog path, and every
+    fifth has no answer (its pool is not read)."""
     p = problems[name]
     row = ROW[name]
     n = catalog.n_products
@@ -241,7 +242,7 @@ def test_goal_category_pool_scores_as_the_whole_catalog(catalog, problems, name)
     for seed in (1, 2):
         keys = jax.random.split(jax.random.key(seed), B)
         worlds, answers = jax.vmap(case)(keys, p, goal)
-        args = (p, worlds, None, answers, jnp.ones(B, bool))
+        args = (p, worlds, None, answers, jnp.arange(B) % 5 != 0)  # some without an answer
         axes = (0, 0, None, 0, 0)
         got = jax.jit(jax.vmap(lambda *a: verify(catalog, *a), axes))(*args)
         ref = jax.jit(jax.vmap(lambda *a: verify(whole, *a), axes))(*args)
@@ -250,4 +251,4 @@ def test_goal_category_pool_scores_as_the_whole_catalog(catalog, problems, name)
                 np.asarray(getattr(got, field)), np.asarray(getattr(ref, field)), err_msg=field
             )
         r = np.asarray(got.r_task)
-        assert len(np.unique(r)) > 50 and r.max() > 0.5  # varied, some answers good
+        assert len(np.unique(r)) > 50 and r.max() > 0.25  # varied, some answers good

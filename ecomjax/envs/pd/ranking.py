@@ -52,18 +52,21 @@ def answer_list(rec: jax.Array, k: jax.Array) -> tuple[jax.Array, jax.Array, jax
     return jnp.where(live, ids, -1), live, first
 
 
-def goal_pool_stats(catalog: Catalog, problem: Problem, row: int, member: MemberFn) -> PoolStats:
+def goal_pool_stats(
+    catalog: Catalog, problem: Problem, row: int, member: MemberFn, needed: jax.Array
+) -> PoolStats:
     """Pool statistics of constraint row ``row`` (0 PD, 1 SUB) for a ``member`` that
     requires the row's constraints: only the goal category's rows are read when the set
-    has its category constraint (always, for generated problems), else the whole catalog.
-    Equal to the whole-catalog scan bit for bit (``pool_test.py``)."""
+    has its category constraint (always, for generated problems), else the whole catalog;
+    none where the score is not ``needed`` (no answer to score: a JOURNEY without this
+    sub-goal). Equal to the whole-catalog scan bit for bit (``pool_test.py``)."""
     if catalog.max_cat_size <= 0:  # no category index on this catalog
         return pool_stats(member, None, catalog.n_products, K, POOL_CHUNK)
     cons = (problem.cons_attr[row], problem.cons_op[row], problem.cons_val[row])
     cat = required_category(catalog, *cons)
     chunk = min(CATEGORY_CHUNK, catalog.max_cat_size)
     return pool_stats_in_category(
-        member, None, catalog.cat_order, catalog.cat_offsets, cat, K, chunk
+        member, None, catalog.cat_order, catalog.cat_offsets, cat, K, chunk, POOL_CHUNK, needed
     )
 
 

@@ -43,8 +43,11 @@ def priority_key(catalog: Catalog, pids: jax.Array, priority: jax.Array) -> jax.
     )
 
 
-def pd_score(catalog: Catalog, problem: Problem, world: World, rec: jax.Array):
-    """(r_task, r_rank, r_cons, r_avail) of a recommendation list."""
+def pd_score(
+    catalog: Catalog, problem: Problem, world: World, rec: jax.Array, needed: jax.Array = True
+):
+    """(r_task, r_rank, r_cons, r_avail) of a recommendation list. ``needed`` False (no
+    answer to score, so the caller discards the parts) reads no pool row."""
     attr, op, val = problem.cons_attr[0], problem.cons_op[0], problem.cons_val[0]
     k = problem.k_rec
 
@@ -52,7 +55,7 @@ def pd_score(catalog: Catalog, problem: Problem, world: World, rec: jax.Array):
         ok = feasible(catalog, idx, attr, op, val) & available(catalog, problem, world, idx)
         return ok, priority_key(catalog, idx, problem.priority)
 
-    stats = goal_pool_stats(catalog, problem, 0, member)
+    stats = goal_pool_stats(catalog, problem, 0, member, needed)
     span = stats.hi - stats.lo
 
     def rel_of_key(key):
@@ -83,6 +86,6 @@ def verify(
 ) -> Score:
     """detail: (r_rank, r_cons, r_avail). No answer: r_task = -1 and every part -1."""
     del dlg
-    parts = pd_score(catalog, problem, world, ans.rec)
+    parts = pd_score(catalog, problem, world, ans.rec, has)
     r_task, r_rank, r_cons, r_av = (jnp.where(has, x, -1.0) for x in parts)
     return make_score(r_task, has & (r_task >= 0.95), r_rank, r_cons, r_av)

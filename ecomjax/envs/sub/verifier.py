@@ -33,8 +33,11 @@ def cosine(catalog: Catalog, p0: jax.Array, pids: jax.Array) -> jax.Array:
     return (e * e0).sum(-1)
 
 
-def sub_score(catalog: Catalog, problem: Problem, world: World, rec: jax.Array):
-    """(r_task, r_rank, r_avail) of a substitute list."""
+def sub_score(
+    catalog: Catalog, problem: Problem, world: World, rec: jax.Array, needed: jax.Array = True
+):
+    """(r_task, r_rank, r_avail) of a substitute list. ``needed`` False (no answer to
+    score, so the caller discards the parts) reads no pool row."""
     attr, op, val = problem.cons_attr[1], problem.cons_op[1], problem.cons_val[1]
     p0, k = problem.sub_original, problem.k_rec
     lam = D.lambda_sim(problem.d)
@@ -49,7 +52,7 @@ def sub_score(catalog: Catalog, problem: Problem, world: World, rec: jax.Array):
     def rel_of_key(cos):
         return 1.0 - lam * (1.0 - (cos + 1.0) / 2.0)
 
-    stats = goal_pool_stats(catalog, problem, 1, member)
+    stats = goal_pool_stats(catalog, problem, 1, member, needed)
     ids, live, first = answer_list(rec, k)
     rel = jnp.where(live & first & in_pool(ids), rel_of_key(cosine(catalog, p0, ids)), 0.0)
     dcg = (rel * dcg_weights(K)).sum()
@@ -70,6 +73,6 @@ def verify(
     """detail: (r_rank, 0, r_avail) (slot 1 is PD's r_cons). No answer: r_task = -1."""
     del dlg
     r_task, r_rank, r_av = (
-        jnp.where(has, x, -1.0) for x in sub_score(catalog, problem, world, ans.rec)
+        jnp.where(has, x, -1.0) for x in sub_score(catalog, problem, world, ans.rec, has)
     )
     return make_score(r_task, has & (r_task >= 0.95), r_rank, 0.0, r_av)
