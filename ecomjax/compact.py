@@ -28,8 +28,35 @@ def compact(values: jax.Array, keep: jax.Array, k: int, fill=-1) -> jax.Array:
     return out.at[dest].set(values, mode="drop")
 
 
+# in_sorted compares every pair up to this many (table entries x tests): one fused
+# kernel, where a binary search is a loop of ~log2(n) tiny kernels per call.
+COMPARE_ALL_MAX = 1 << 17
+
+
 def in_sorted(table: jax.Array, x: jax.Array) -> jax.Array:
     """bool, shape of ``x``: ``x`` is an entry of the ascending 1-D ``table``. Testing many
-    candidates against one exclusion list: sort it once, then O(log n) per test, not O(n)."""
+    candidates against one exclusion list: sort it once, then O(log n) per test, not O(n);
+    small cases compare every pair instead (the same answer, no loop)."""
+    if table.shape[0] * max(x.size, 1) <= COMPARE_ALL_MAX:
+        return (x[..., None] == table).any(-1)
     pos = jnp.clip(jnp.searchsorted(table, x), 0, table.shape[0] - 1)
     return table[pos] == x
+
+
+def smallest(values: jax.Array, n: jax.Array, max_n: int) -> jax.Array:
+    """bool [R]: the ``n`` entries a stable ascending sort of the 1-D ``values`` puts
+    first (the lower index first among equal values), for ``0 <= n <= max_n`` (static).
+
+    Why: ``argsort(argsort(values)) < n`` is two comparator-loop sorts of R on XLA:CPU;
+    this is one ``top_k`` of ``max_n`` values (its values, not its tie order, are
+    guaranteed) and a prefix count over the entries equal to the n-th value. ``values``
+    must hold no NaN and no -0.0 (IEEE equality and the sort's total order then agree)."""
+    m = min(max_n, values.shape[0])
+    if m < 1:
+        return jnp.zeros(values.shape, bool)
+    low = -jax.lax.top_k(-values, m)[0]  # the m smallest values, ascending
+    thr = low[jnp.clip(n - 1, 0, m - 1)]
+    below = values < thr
+    tie = values == thr
+    take_tie = tie & (jnp.cumsum(tie) <= n - below.sum())
+    return (n > 0) & (below | take_tie)

@@ -22,7 +22,7 @@ from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax import exposure as X
 from ecomjax.catalog.types import Catalog
-from ecomjax.compact import compact, first_true, in_sorted
+from ecomjax.compact import compact, first_true, smallest
 from ecomjax.kernels.topk import category_slice_topk, masked_topk
 from ecomjax.predicates import disc_values, filters_pass, num_values_scaled
 from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, no_search
@@ -168,8 +168,7 @@ def _mix_distractors(
     total = n_true + n_dist
     prio = jax.random.uniform(jax.random.fold_in(key, 0), (R,))
     prio = jnp.where(slots < total, prio, 2.0)
-    rank = jnp.argsort(jnp.argsort(prio))
-    is_dist = (rank < n_dist) & (slots < total)
+    is_dist = smallest(prio, n_dist, max_dist) & (slots < total)
     t_before = jnp.cumsum(~is_dist & (slots < total)) - (~is_dist & (slots < total))
     # Category of the next true item to emit, else the last emitted; whole catalog if none.
     # Draws only for the distractor slots (at most ``max_dist``, in slot order): the
@@ -184,8 +183,7 @@ def _mix_distractors(
     pos = lo[:, None] + jnp.floor(u * (hi - lo)[:, None]).astype(jnp.int32)
     pos = jnp.minimum(pos, jnp.maximum(hi - 1, lo)[:, None])
     cand = jnp.where(n_true > 0, catalog.cat_order[pos], pos)
-    true_sorted = jnp.sort(jnp.where(slots < n_true, true_ids, jnp.iinfo(jnp.int32).max))
-    hit = in_sorted(true_sorted, cand)
+    hit = (cand[..., None] == jnp.where(slots < n_true, true_ids, -1)).any(-1)
     ok = ~hit & (hi > lo)[:, None]
     rows = jnp.arange(max_dist)
     pick = jnp.where(ok.any(-1) & (dslot >= 0), cand[rows, jnp.argmax(ok, -1)], -1)
