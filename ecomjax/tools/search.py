@@ -22,7 +22,7 @@ from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax import exposure as X
 from ecomjax.catalog.types import Catalog
-from ecomjax.compact import compact, first_true, smallest
+from ecomjax.compact import compact, first_true, in_sorted, smallest
 from ecomjax.kernels.topk import category_slice_topk, masked_topk
 from ecomjax.predicates import disc_values, filters_pass, num_values_scaled
 from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, no_search
@@ -183,7 +183,8 @@ def _mix_distractors(
     pos = lo[:, None] + jnp.floor(u * (hi - lo)[:, None]).astype(jnp.int32)
     pos = jnp.minimum(pos, jnp.maximum(hi - 1, lo)[:, None])
     cand = jnp.where(n_true > 0, catalog.cat_order[pos], pos)
-    hit = (cand[..., None] == jnp.where(slots < n_true, true_ids, -1)).any(-1)
+    true_sorted = jnp.sort(jnp.where(slots < n_true, true_ids, jnp.iinfo(jnp.int32).max))
+    hit = in_sorted(true_sorted, cand)
     ok = ~hit & (hi > lo)[:, None]
     rows = jnp.arange(max_dist)
     pick = jnp.where(ok.any(-1) & (dslot >= 0), cand[rows, jnp.argmax(ok, -1)], -1)
