@@ -25,18 +25,6 @@ def stream(key: jax.Array, name: str, *indices) -> jax.Array:
     return key
 
 
-FIRST_TRIES = 16  # candidates drawn before the rest of the TRIES (see first_valid)
-
-
-def _first_good(
-    key: jax.Array, lo: jax.Array, hi: jax.Array, ok: Callable[[jax.Array], jax.Array], n: int
-) -> tuple[jax.Array, jax.Array]:
-    """(found, position) over the first ``n`` keyed candidates."""
-    cand = jax.random.randint(key, (n,), 0, jnp.maximum(hi - lo, 1)) + lo
-    good = jax.vmap(ok)(cand) & (hi > lo)
-    return good.any(), jnp.where(good.any(), cand[jnp.argmax(good)], -1)
-
-
 def first_valid(
     key: jax.Array,
     lo: jax.Array,
@@ -45,22 +33,10 @@ def first_valid(
     tries: int = TRIES,
 ) -> jax.Array:
     """A keyed uniform draw from positions [lo, hi) that satisfy ``ok``; -1 if every try
-    fails. Uniform over the valid positions, since tries are i.i.d.
-
-    The first ``FIRST_TRIES`` candidates are drawn alone, and all ``tries`` only when none
-    of them is valid (a loop of at most one step, so under ``vmap`` a batch pays for the
-    rest only when some lane needs it): most draws succeed at once, and the hashing was
-    most of a generator's time. With JAX's partitionable threefry (its default) candidate
-    i of an n-candidate draw depends on i alone, so this picks what one ``tries`` draw
-    picks, bit for bit (tested); without it every draw takes the single full path."""
-    if tries <= FIRST_TRIES or not jax.config.jax_threefry_partitionable:
-        return _first_good(key, lo, hi, ok, tries)[1]
-    found, pick = _first_good(key, lo, hi, ok, FIRST_TRIES)
-
-    def rest(carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        return jnp.bool_(True), _first_good(key, lo, hi, ok, tries)[1]
-
-    return jax.lax.while_loop(lambda c: ~c[0], rest, (found, pick))[1]
+    fails. Uniform over the valid positions, since tries are i.i.d."""
+    cand = jax.random.randint(key, (tries,), 0, jnp.maximum(hi - lo, 1)) + lo
+    good = jax.vmap(ok)(cand) & (hi > lo)
+    return jnp.where(good.any(), cand[jnp.argmax(good)], -1)
 
 
 def in_category(catalog: Catalog, cat: jax.Array) -> tuple[jax.Array, jax.Array]:
