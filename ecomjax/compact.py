@@ -28,15 +28,19 @@ def compact(values: jax.Array, keep: jax.Array, k: int, fill=-1) -> jax.Array:
     return out.at[dest].set(values, mode="drop")
 
 
-def in_sorted(table: jax.Array, x: jax.Array) -> jax.Array:
+def in_sorted(table: jax.Array, x: jax.Array, unrolled: bool = False) -> jax.Array:
     """bool, shape of ``x``: ``x`` is an entry of the ascending 1-D ``table``. Testing many
     candidates against one exclusion list: sort it once, then O(log n) per test, not O(n).
     (Comparing every pair instead was slower at batch scale, even for 100-entry tables:
-    RETURN 0.67x, benchmarks/README.md.) The binary search is unrolled: the same steps,
-    fused, where the default loop runs ~log2(n) rounds of tiny kernels (2.8x faster at
-    [4096, 64] tests of 100-entry tables)."""
-    pos = jnp.searchsorted(table, x, method="scan_unrolled")
-    pos = jnp.clip(pos, 0, table.shape[0] - 1)
+    RETURN 0.67x, benchmarks/README.md.)
+
+    ``unrolled`` (static) unrolls the search: the same steps, fused, where the default
+    loop runs ~log2(n) rounds of tiny kernels (2.8x faster at [4096, 64] tests of a
+    100-entry table). Only where few tests are batched at once, as in a loop body: XLA
+    turns the vmapped gathers' index arrays into constants, one entry per batched test
+    (a [4096, 60, 64]-test call compiled a 125 MB constant into the program)."""
+    method = "scan_unrolled" if unrolled else "scan"
+    pos = jnp.clip(jnp.searchsorted(table, x, method=method), 0, table.shape[0] - 1)
     return table[pos] == x
 
 

@@ -107,8 +107,7 @@ def lookup(world: World, pids: jax.Array) -> tuple[jax.Array, jax.Array]:
         n = world.seen.shape[0]
         return jnp.clip(pids, 0, n - 1), (pids >= 0) & (pids < n)
     ids = world.seen_ids
-    slot = jnp.searchsorted(ids, pids, method="scan_unrolled")  # as compact.in_sorted
-    slot = jnp.clip(slot, 0, ids.shape[0] - 1).astype(I32)
+    slot = jnp.clip(jnp.searchsorted(ids, pids), 0, ids.shape[0] - 1).astype(I32)
     return slot, (ids[slot] == pids) & (pids >= 0) & (pids != PAD)
 
 
@@ -149,7 +148,7 @@ def insert(world: World, pids: jax.Array, n_products: int, *, seen: bool, oos: b
     m = old.shape[0]
     x = jnp.sort(jnp.where(valid, flat, PAD))
     first = x != jnp.concatenate([jnp.full(1, -1, I32), x[:-1]])
-    pt = jnp.searchsorted(old, x, method="scan_unrolled").astype(I32)  # first id >= x
+    pt = jnp.searchsorted(old, x).astype(I32)  # first slot whose id >= x
     hit = (old[jnp.minimum(pt, m - 1)] == x) & (x != PAD)
     keep = first & ~hit & (x != PAD)
     # Merge: a kept new id lands after the old ids below it and the kept new ids before it;

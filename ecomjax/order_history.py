@@ -243,7 +243,7 @@ def build_history(key: jax.Array, catalog: Catalog, problem: Problem, h: jax.Arr
         live = j < n_lines[o]
 
         def ok(p):
-            return okp(p) & ~(picked == p).any() & ~in_sorted(taken, p)
+            return okp(p) & ~(picked == p).any() & ~in_sorted(taken, p, unrolled=True)
 
         pid = jnp.where(live, first_valid(k_p, 0, n, ok), -1)
         qty = jnp.where(pid >= 0, jax.random.randint(k_q, (), 1, 4), 0)
