@@ -35,10 +35,11 @@ def in_sorted(table: jax.Array, x: jax.Array, unrolled: bool = False) -> jax.Arr
     RETURN 0.67x, benchmarks/README.md.)
 
     ``unrolled`` (static) unrolls the search: the same steps, fused, where the default
-    loop runs ~log2(n) rounds of tiny kernels (2.8x faster at [4096, 64] tests of a
-    100-entry table). Only where few tests are batched at once, as in a loop body: XLA
-    turns the vmapped gathers' index arrays into constants, one entry per batched test
-    (a [4096, 60, 64]-test call compiled a 125 MB constant into the program)."""
+    loop runs ~log2(n) rounds of tiny kernels (2.7x faster at [4096, 64] tests of
+    100-entry tables: benchmarks/search_helpers.py). Only where few tests are batched at
+    once, as in a loop body: XLA turns the vmapped gathers' index arrays into constants,
+    one entry per batched test (a [4096, 60, 64]-test call compiled a 125 MB constant
+    into the program)."""
     method = "scan_unrolled" if unrolled else "scan"
     pos = jnp.clip(jnp.searchsorted(table, x, method=method), 0, table.shape[0] - 1)
     return table[pos] == x

@@ -103,8 +103,7 @@ def test_a_new_episode_reuses_the_cached_tool_block(tiny):
     backend = TransformersBackend(model, tok, max_new_tokens=2, prefix_cache=1)
     assert backend.tools_in_prompt
     tools = [
-        {"type": "function", "function": {"name": f"tool_{i}", "parameters": {}}}
-        for i in range(8)
+        {"type": "function", "function": {"name": f"tool_{i}", "parameters": {}}} for i in range(8)
     ]
     first = [{"role": "system", "content": "Today is Monday."}, {"role": "user", "content": "hi"}]
     second = [{"role": "system", "content": "Today is Friday."}, {"role": "user", "content": "hi"}]

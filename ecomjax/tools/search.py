@@ -184,7 +184,7 @@ def _mix_distractors(
     pos = jnp.minimum(pos, jnp.maximum(hi - 1, lo)[:, None])
     cand = jnp.where(n_true > 0, catalog.cat_order[pos], pos)
     true_sorted = jnp.sort(jnp.where(slots < n_true, true_ids, jnp.iinfo(jnp.int32).max))
-    hit = in_sorted(true_sorted, cand, unrolled=True)  # [max_dist, TRIES] tests a search
+    hit = in_sorted(true_sorted, cand)
     ok = ~hit & (hi > lo)[:, None]
     rows = jnp.arange(max_dist)
     pick = jnp.where(ok.any(-1) & (dslot >= 0), cand[rows, jnp.argmax(ok, -1)], -1)

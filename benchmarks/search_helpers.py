@@ -1,0 +1,137 @@
+"""Micro-benchmarks of the search's sort-free helpers, each against what it replaced, in
+one process on the same inputs (rows to ``results/search_helpers.jsonl``):
+
+- the distractor mix (``tools.search._mix_distractors``) with its distractor slots chosen
+  by a double argsort or by ``compact.smallest``, and its membership test by sort +
+  binary search or by comparing every pair, for one chunk of 32 searches;
+- ``jnp.searchsorted`` by its default loop, unrolled, and by comparing every pair, for
+  [4096, 64] tests of 4,096 sorted 100-entry tables (the order-history draw's shape).
+
+    python benchmarks/search_helpers.py
+
+Every variant's output is checked equal to the first one's before it is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ecomjax.catalog.synthetic import generate_catalog
+from ecomjax.compact import compact, first_true, smallest
+from ecomjax.tools import search as S
+
+sys.path.insert(0, str(Path(__file__).parent))
+from rows_io import append_rows  # noqa: E402
+from throughput import env_info  # noqa: E402
+
+OUT = Path(__file__).parent / "results" / "search_helpers.jsonl"
+R, TRIES = S.R, S.TRIES
+
+
+def mix(key, catalog, true_ids, n_true, n_dist, max_dist, select: str, member: str):
+    """``_mix_distractors`` with a choice of distractor-slot selection and membership."""
+    slots = jnp.arange(R)
+    total = n_true + n_dist
+    prio = jax.random.uniform(jax.random.fold_in(key, 0), (R,))
+    prio = jnp.where(slots < total, prio, 2.0)
+    if select == "argsort":
+        is_dist = (jnp.argsort(jnp.argsort(prio)) < n_dist) & (slots < total)
+    else:
+        is_dist = smallest(prio, n_dist, max_dist) & (slots < total)
+    live = ~is_dist & (slots < total)
+    t_before = jnp.cumsum(live) - live
+    dslot = first_true(is_dist, max_dist)
+    ds = jnp.maximum(dslot, 0)
+    nxt = jnp.where(t_before[ds] < n_true, t_before[ds], n_true - 1)
+    cat = catalog.category[jnp.maximum(true_ids[jnp.maximum(nxt, 0)], 0)].astype(jnp.int32)
+    lo = jnp.where(n_true > 0, catalog.cat_offsets[cat], 0)
+    hi = jnp.where(n_true > 0, catalog.cat_offsets[cat + 1], catalog.n_products)
+    u = jax.vmap(lambda s: jax.random.uniform(jax.random.fold_in(key, s + 1), (TRIES,)))(ds)
+    pos = lo[:, None] + jnp.floor(u * (hi - lo)[:, None]).astype(jnp.int32)
+    pos = jnp.minimum(pos, jnp.maximum(hi - 1, lo)[:, None])
+    cand = jnp.where(n_true > 0, catalog.cat_order[pos], pos)
+    if member == "compare_all":
+        hit = (cand[..., None] == jnp.where(slots < n_true, true_ids, -1)).any(-1)
+    else:
+        ts = jnp.sort(jnp.where(slots < n_true, true_ids, jnp.iinfo(jnp.int32).max))
+        at = jnp.clip(jnp.searchsorted(ts, cand, method=member), 0, R - 1)
+        hit = ts[at] == cand
+    ok = ~hit & (hi > lo)[:, None]
+    rows = jnp.arange(max_dist)
+    pick = jnp.where(ok.any(-1) & (dslot >= 0), cand[rows, jnp.argmax(ok, -1)], -1)
+    earlier = (pick[None, :] == pick[:, None]) & (rows[None, :] < rows[:, None]) & (pick >= 0)
+    pick = jnp.where(earlier.any(-1), -1, pick)
+    pick = jnp.full(R, -1, jnp.int32).at[jnp.where(dslot >= 0, dslot, R)].set(pick, mode="drop")
+    out = jnp.where(
+        is_dist, pick, jnp.where(slots < total, true_ids[jnp.clip(t_before, 0, R - 1)], -1)
+    )
+    return compact(out, out >= 0, R)
+
+
+def timed(fn, args, repeats: int, inner: int) -> float:
+    """Median seconds of one call, over ``repeats`` batches of ``inner`` calls."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        times.append((time.perf_counter() - t0) / inner)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--label", default="")
+    args = ap.parse_args(argv)
+    rows = []
+    catalog = generate_catalog(42, 1000)
+    n = 32  # searches a retrieval step (EnvParams.search_batch)
+    keys = jax.random.split(jax.random.key(5), n)
+    perm = jax.vmap(lambda k: jax.random.permutation(k, 1000)[:R])
+    ids = perm(jax.random.split(jax.random.key(6), n)).astype(jnp.int32)
+    inputs = (keys, ids, jnp.full(n, 150), jnp.full(n, 20))
+    variants = [("argsort", "scan"), ("argsort", "compare_all"), ("smallest", "scan"),
+                ("smallest", "compare_all"), ("smallest", "scan_unrolled")]  # fmt: skip
+    ref = None
+    for select, member in variants:
+        f = jax.jit(
+            jax.vmap(lambda k, i, t, d, s=select, m=member: mix(k, catalog, i, t, d, 20, s, m))
+        )
+        out = np.asarray(f(*inputs))
+        ref = out if ref is None else ref
+        assert np.array_equal(out, ref), (select, member)
+        us = timed(f, inputs, args.repeats, 50) / n * 1e6
+        rows.append(
+            {"bench": "distractor_mix", "select": select, "member": member, "us_per_search": us}
+        )
+        print(f"distractor mix  {select:9s} {member:14s} {us:7.1f} us a search")
+    t = jnp.sort(jax.random.randint(jax.random.key(0), (4096, 100), 0, 1000), axis=-1)
+    x = jax.random.randint(jax.random.key(1), (4096, 64), 0, 1000)
+    ref = None
+    for method in ("scan", "scan_unrolled", "compare_all"):
+        f = jax.jit(jax.vmap(lambda a, b, m=method: jnp.searchsorted(a, b, method=m)))
+        out = np.asarray(f(t, x))
+        ref = out if ref is None else ref
+        assert np.array_equal(out, ref), method
+        ms = timed(f, (t, x), args.repeats, 20) * 1e3
+        rows.append({"bench": "searchsorted", "method": method, "shape": [4096, 64, 100], "ms": ms})
+        print(f"searchsorted    {method:14s} {ms:7.2f} ms for [4096, 64] tests of 100 entries")
+    append_rows(
+        OUT, (env_info() | {"kind": "search_helpers", "label": args.label} | r for r in rows)
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
