@@ -11,19 +11,11 @@ from enum import IntEnum
 
 # --- task families (SPEC §0) -------------------------------------------------------------
 
-ENV_NAMES: tuple[str, ...] = (
-    "PD",
-    "SUB",
-    "CART",
-    "RETURN",
-    "STATUS",
-    "POLICY",
-    "BUNDLE",
-    "JOURNEY",
-)
-
 
 class Env(IntEnum):
+    """The built-in families' ids (array values). A family registered at run time
+    (``ecomjax.registry.register``) takes the next id without a member here."""
+
     PD = 0
     SUB = 1
     CART = 2
@@ -32,6 +24,9 @@ class Env(IntEnum):
     POLICY = 5
     BUNDLE = 6
     JOURNEY = 7
+
+
+ENV_NAMES: tuple[str, ...] = tuple(e.name for e in Env)  # the built-in families, in id order
 
 
 COLLECTIONS: dict[str, tuple[str, ...]] = {

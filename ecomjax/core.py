@@ -38,7 +38,7 @@ from ecomjax.types import (
     empty_results,
     zero_reward,
 )
-from ecomjax.verify import ALL_FAMILIES, score
+from ecomjax.verify import registered_envs, score
 from ecomjax.world import init_world, record_uses, safe
 
 TM = C.Termination
@@ -139,11 +139,11 @@ def verify(
     catalog: Catalog,
     state: EpisodeState,
     params: EnvParams,
-    families: Sequence[int] = ALL_FAMILIES,
+    families: Sequence[int] | None = None,
 ) -> RewardInfo:
     """Scores a terminated episode from its final world and stored answers (§7).
     ``families`` (static) names the families that may occur, so a one-family batch traces
-    only its own verifier."""
+    only its own verifier (default: every registered family)."""
     p, w, dlg = state.problem, state.world, state.dialogue
     hard = dlg.hard_fail
     sc = score(catalog, p, w, dlg, families)
@@ -224,7 +224,7 @@ def step(
     action: Action,
     params: EnvParams,
     search: SearchResults | None = None,
-    families: Sequence[int] = ALL_FAMILIES,
+    families: Sequence[int] | None = None,
     present: Sequence[int] | None = None,
     gates: TurnGates | None = None,
     search_masked: bool = False,
@@ -232,9 +232,10 @@ def step(
 ) -> tuple[EpisodeState, TimeStep]:
     """One agent turn. ``search`` may be resolved beforehand (batch-skippable stage or the
     host's FAISS); otherwise the device retrieval runs here. ``families`` (static) are the
-    families the batch may hold; an empty tuple skips scoring, for drivers that verify
-    per family slice after the episode (``verify``). ``present`` (static, default
-    ``families`` or all) narrows the customer to the families the batch may hold.
+    families the batch may hold (default: every registered family); an empty tuple skips
+    scoring, for drivers that verify per family slice after the episode (``verify``).
+    ``present`` (static, default ``families`` or all) narrows the customer to the
+    families the batch may hold.
     ``gates`` (unbatched) say which parts of the turn any episode of a batch needs, from a
     batched driver (``rollout.step_batch``); see ``ecomjax.gates``. ``search_masked``
     (static) says ``search`` holds no rows for an episode that hard-fails this turn or has
@@ -244,6 +245,8 @@ def step(
 
     There is no step key: every draw comes from the episode key (SPEC §12), so the same
     seed and action sequence replay bit-identically."""
+    if families is None:
+        families = registered_envs()
     if search is None:
         search = resolve_searches(catalog, state, action, params)
     p = state.problem
@@ -298,7 +301,7 @@ def step(
         pending_done,
         state.key,
         params,
-        tuple(present if present is not None else (families or ALL_FAMILIES)),
+        tuple(present if present is not None else (families or registered_envs())),
     )
     dlg = jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), rep.dialogue, dlg)
     act = jax.tree_util.tree_map(lambda a: jnp.where(live, a, jnp.zeros_like(a)), rep.act)

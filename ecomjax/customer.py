@@ -7,6 +7,7 @@ Family-specific feedback (CART now) plugs in beside the shared CLARIFY and compo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -19,7 +20,8 @@ from ecomjax.catalog.types import Catalog
 from ecomjax.envs.cart.customer import CartFeedback, cart_feedback
 from ecomjax.envs.journey.agenda import Agenda, agenda
 from ecomjax.envs.returns.customer import ReturnFeedback, return_feedback
-from ecomjax.registry import by_env
+from ecomjax.family import Family, slot_mask
+from ecomjax.registry import by_env, next_env
 from ecomjax.tools.execute import TurnScratch
 from ecomjax.types import Action, Dialogue, EnvParams, Problem, UserAct, World, empty_user_act
 from ecomjax.world import safe
@@ -27,12 +29,23 @@ from ecomjax.world import safe
 S = C.Slot
 A = C.Act
 CS = C.ClarifyStatus
-# Which slots make sense in which env, from each family's descriptor (SPEC §10.1 knowable
-# fields). JOURNEY asks within a sub-goal, so it uses the sub-goal's row.
-APPLICABLE = np.stack([by_env(e).slot_mask for e in C.Env])
-# CART quantity has a default (1), so asking for it always gets a value.
-_DEFAULTED = np.zeros((len(C.Env), C.N_SLOTS), bool)
-_DEFAULTED[C.Env.CART, S.QUANTITY] = True
+
+
+def slot_tables() -> tuple[np.ndarray, np.ndarray]:
+    """bool [n families, N_SLOTS] twice: which slots make sense in which env, and which
+    always have a value (CART's quantity defaults to 1), from each family's descriptor
+    (SPEC §10.1 knowable fields), read when a program is traced so that a registered
+    family has its row. JOURNEY asks within a sub-goal, so it uses the sub-goal's row."""
+    return _slot_tables(tuple(by_env(e) for e in range(next_env())))
+
+
+@functools.lru_cache(maxsize=8)
+def _slot_tables(fams: tuple[Family, ...]) -> tuple[np.ndarray, np.ndarray]:
+    # one array per registry state: a trace reuses the same constant
+    applicable = np.stack([f.slot_mask for f in fams])
+    defaulted = np.stack([slot_mask(f.defaulted) for f in fams])
+    applicable.flags.writeable = defaulted.flags.writeable = False
+    return applicable, defaulted
 
 
 @struct.dataclass
@@ -57,8 +70,10 @@ def _clarify(problem: Problem, dlg: Dialogue, scratch: TurnScratch, sub: jax.Arr
     """(slot_status [N_SLOTS], revealed [MAX_ITEMS, N_SLOTS], n_revealed)."""
     env = sub_env(problem, sub)
     asked = scratch.ask_slots & scratch.ask_any
-    applicable = jnp.asarray(APPLICABLE)[jnp.clip(env, 0, len(C.Env) - 1)] & (env >= 0)
-    defaulted = jnp.asarray(_DEFAULTED)[jnp.clip(env, 0, len(C.Env) - 1)]
+    applicable_table, defaulted_table = slot_tables()
+    row = jnp.clip(env, 0, len(applicable_table) - 1)
+    applicable = jnp.asarray(applicable_table)[row] & (env >= 0)
+    defaulted = jnp.asarray(defaulted_table)[row]
     is_cart = env == C.Env.CART
     # CART asks are scoped to items; other envs keep their slots on item row 0.
     scope = jnp.where(is_cart, scratch.ask_items, jnp.arange(C.MAX_ITEMS) == 0)

@@ -8,7 +8,7 @@ that fails to import fails loudly instead of vanishing from a run."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import jax
@@ -33,6 +33,8 @@ Generate = Callable[[jax.Array, Catalog, jax.Array, EnvParams], Problem]
 Verify = Callable[[Catalog, Problem, World, Dialogue, AnswerFields, jax.Array], Score]
 # (key, catalog, d, params, problem, sub[, h]) -> problem with sub-goal ``sub`` written
 Fill = Callable[..., Problem]
+# the main answer entry -> bool: its fields are in range for this family (SPEC §4.6)
+AnswerCheck = Callable[[AnswerFields], jax.Array]
 
 
 class OraclePlan(Protocol):
@@ -51,10 +53,12 @@ class OraclePlan(Protocol):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Family:
-    """What the engine needs from a family. ``verify`` is None for a family scored from its
-    sub-goals (JOURNEY); ``fill`` is set for a family that can be a JOURNEY sub-goal."""
+    """What the engine and the host bridge need from a family. ``verify`` is None for a
+    family scored from its sub-goals (JOURNEY); ``fill`` is set for a family that can be a
+    JOURNEY sub-goal. ``env`` is the family's id in the arrays: the eight built-in families
+    hold ``C.Env``; a family added with ``ecomjax.registry.register`` takes the next id."""
 
-    env: C.Env
+    env: int
     generate: Generate
     oracle: OraclePlan
     # names of the verifier's Score.detail entries, in order ("" for an unused entry)
@@ -69,14 +73,33 @@ class Family:
     mean_turns: int
     verify: Verify | None = None
     fill: Fill | None = None
+    # defaults to the ``C.Env`` member's name; a family outside ``C.Env`` must name itself
+    name: str = ""
+    # the answer object's keys beyond ``env`` (SPEC §4.6), each with the description the
+    # model reads: keys of the bridge's fixed vocabulary (``llm_bridge.schemas.ANSWER_KEYS``),
+    # since every family writes the same AnswerFields arrays (SPEC §4.8)
+    answer: tuple[tuple[str, str], ...] = ()
+    # a range check of the main answer entry beyond the schema (STATUS: a known status); an
+    # answer that fails it is an INVALID_ANSWER hard fail
+    answer_ok: AnswerCheck | None = None
+    # the customer's opening line, for a family whose wording the bridge's templates do not
+    # hold (the eight built-in families' openings are templates with slot values); stated
+    # slots follow it as the generic slot phrases
+    opening: str = ""
+    # the CLARIFY slots that always have a value (CART's quantity defaults to 1)
+    defaulted: tuple[C.Slot, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            if not isinstance(self.env, C.Env):
+                raise ValueError(f"a family with env id {self.env} outside C.Env needs a name")
+            object.__setattr__(self, "name", self.env.name)
+        if self.name != self.name.upper() or not self.name.isidentifier():
+            raise ValueError(f"a family name is an upper-case identifier, not {self.name!r}")
 
     @property
     def slot_mask(self) -> np.ndarray:
         return slot_mask(self.slots)
-
-    @property
-    def name(self) -> str:
-        return self.env.name
 
     def __repr__(self) -> str:  # messages show the name, not every function's address
         return f"Family({self.name})"

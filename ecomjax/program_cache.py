@@ -34,15 +34,20 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ecomjax import compile_cache
+from ecomjax import compile_cache, registry
 
 FORMAT = 1  # bump when the entry layout changes
 
 
 def directory() -> Path | None:
-    """Where programs are kept: ``<compilation cache>/programs``, or None when off."""
+    """Where programs are kept: ``<compilation cache>/programs``, or None when off. Off
+    too while a family outside the package is registered (``registry.register``): its code
+    is not in the source digest that keys an entry. JAX's cache keys on the program itself,
+    so it stays on."""
     base = compile_cache.chosen()
-    return None if base is None else base / "programs"
+    if base is None or registry.next_env() > len(registry.BUILTIN):
+        return None
+    return base / "programs"
 
 
 def _source_roots() -> list[Path]:

@@ -15,6 +15,7 @@ from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
 from ecomjax.envs.subgoal_families import SUBGOAL_FAMILIES
 from ecomjax.family import Verify
+from ecomjax.registry import by_env, next_env
 from ecomjax.types import AnswerFields, Dialogue, Problem, Score, World, make_score
 from ecomjax.world import unknown_if_hallucinated
 
@@ -22,6 +23,22 @@ E = C.Env
 # Every family with a verifier of its own, in env order (JOURNEY is scored from these).
 VERIFIERS: dict[int, Verify] = {f.env: f.verify for f in SUBGOAL_FAMILIES}
 ALL_FAMILIES: tuple[int, ...] = tuple(E)
+
+
+def registered_envs() -> tuple[int, ...]:
+    """Every family's env id, a registered one's too (``registry.register``): the default
+    of a ``families`` argument, read when a program is traced."""
+    return tuple(range(next_env()))
+
+
+def _verifier(env: int) -> Verify:
+    """The built-in sub-goal verifiers, else a registered family's (``registry.register``)."""
+    if env in VERIFIERS:
+        return VERIFIERS[env]
+    fam = by_env(env)
+    if fam.verify is None:
+        raise ValueError(f"{fam.name} has no verifier of its own")
+    return fam.verify
 
 
 def _grounded(world: World, fields: AnswerFields) -> AnswerFields:
@@ -38,14 +55,15 @@ def score(
     problem: Problem,
     world: World,
     dlg: Dialogue,
-    families: Sequence[int] = ALL_FAMILIES,
+    families: Sequence[int] | None = None,
 ) -> Score:
-    """The task score of a terminated episode from its final world and latest answers."""
-    fams = tuple(sorted({int(f) for f in families}))
+    """The task score of a terminated episode from its final world and latest answers.
+    ``families`` (static) defaults to every registered family."""
+    fams = tuple(sorted({int(f) for f in (registered_envs() if families is None else families)}))
     journey = E.JOURNEY in fams
     base = tuple(f for f in fams if f != E.JOURNEY)
-    if journey:  # every family may appear as a sub-goal
-        base = tuple(f for f in VERIFIERS)
+    if journey:  # every sub-goal family may appear, besides the batch's own
+        base = (*VERIFIERS, *(f for f in base if f not in VERIFIERS))
     is_journey = problem.env == E.JOURNEY
     main = _grounded(world, dlg.answer.main)
     per_family: dict[int, Score] = {}
@@ -61,7 +79,7 @@ def score(
             dlg.has_answer & (main.env == f),
         )
         answered[f] = has
-        per_family[f] = VERIFIERS[f](catalog, problem, world, dlg, ans, has)
+        per_family[f] = _verifier(f)(catalog, problem, world, dlg, ans, has)
     out = make_score(-1.0, False)
     for f, sc in per_family.items():
         mine = problem.env == f

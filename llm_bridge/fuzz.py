@@ -224,7 +224,7 @@ def mutate_args(rng: random.Random, tool: str, args: dict) -> tuple[dict, str, s
 def mutate_answer(rng: random.Random, answer: dict) -> tuple[dict, str]:
     answer = json.loads(json.dumps(answer))
     kind = rng.choice(["drop", "extra", "wrong_type", "junk", "none"])
-    schema = SC.ANSWER_SCHEMAS[answer["env"]]
+    schema = SC.answer_schemas()[answer["env"]]
     if kind == "drop":
         k = rng.choice(sorted(answer))
         del answer[k]

@@ -57,6 +57,7 @@ from ecomjax import policy_rules as P
 from ecomjax.catalog.embedder import embed_texts
 from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge.ids import IdCodec
+from ecomjax.registry import family
 from ecomjax.types import CALL_FIELDS, Action, empty_action
 
 T = C.Tool
@@ -611,7 +612,7 @@ def _answer_error(obj: Any, sub: bool) -> str | None:
     if not isinstance(obj, dict):
         return "the answer is not an object"
     env = obj.get("env")
-    table = SC.SUB_ANSWER_SCHEMAS if sub else SC.ANSWER_SCHEMAS
+    table = SC.sub_answer_schemas() if sub else SC.answer_schemas()
     if not isinstance(env, str) or env not in table:
         return f"unknown answer env {str(env)[:20]!r}"
     if env != "JOURNEY":
@@ -640,7 +641,7 @@ def _answer_error(obj: Any, sub: bool) -> str | None:
 def _fill_answer_fields(f: dict[str, np.ndarray], i: Any, obj: dict, codec: IdCodec) -> None:
     """One non-JOURNEY answer into AnswerFields arrays ``f`` at index ``i``."""
     env = obj["env"]
-    f["env"][i] = C.ENV_NAMES.index(env)
+    f["env"][i] = family(env).env
     ids = obj.get("recommended_product_ids")
     if ids is not None:
         f["rec"][i][: len(ids)] = [codec.product(s) for s in ids]

@@ -29,7 +29,7 @@ from ecomjax.llm_bridge import schemas as SC
 from ecomjax.llm_bridge.ids import IdCodec
 from ecomjax.llm_bridge.templates import EPOCH, Lexicon, day_text, exact_text
 from ecomjax.order_history import INELIGIBLE_NAMES, METHOD_NAMES, REASON_NAMES, OrderStatus
-from ecomjax.registry import FAMILIES
+from ecomjax.registry import by_env
 from ecomjax.types import Action, ToolResults
 
 T = C.Tool
@@ -51,9 +51,6 @@ ERROR_MESSAGES: dict[int, str] = {
     TE.TOO_MANY_RETURNS: f"An account holds at most {C.MAX_RETURNS} returns.",
 }
 HARD_FAIL_NAMES: tuple[str, ...] = tuple(h.name.lower() for h in C.HardFail)
-
-# What each env asks of the agent (SPEC §8), for the system message: its descriptor's text.
-TASKS: dict[int, str] = {f.env: f.task_text for f in FAMILIES.values()}
 
 
 def _round(x: float, nd: int) -> float:
@@ -88,8 +85,10 @@ def system_message(
             "answer and keeps the conversation going)."
         )
     if env is not None:
-        name = C.ENV_NAMES[env]
-        lines.append(f"Task ({name}): {TASKS[env]}")
+        # what the env asks of the agent (SPEC §8): its descriptor's text
+        fam = by_env(env)
+        name = fam.name
+        lines.append(f"Task ({name}): {fam.task_text}")
         schema = json.dumps(SC.answer_schema(name), separators=(",", ":"))
         lines.append(f"Answer schema: {schema}")
     return {"role": "system", "content": "\n".join(lines)}
@@ -590,22 +589,23 @@ def _answer_fields(f: Any, i: Any, codec: IdCodec) -> dict | None:
     env = int(np.asarray(f.env)[i])
     if env < 0:
         return None
-    name = C.ENV_NAMES[env]
-    out: dict[str, Any] = {"env": name}
-    if env in (E.PD, E.SUB, E.BUNDLE):
+    fam = by_env(env)
+    out: dict[str, Any] = {"env": fam.name}
+    keys = {k for k, _ in fam.answer}  # the family's answer keys (its descriptor)
+    if "recommended_product_ids" in keys:
         rec = [int(x) for x in np.asarray(f.rec)[i] if x != -1]
         out["recommended_product_ids"] = [
             codec.product_id(x) if x >= 0 else f"unknown_{-x}" for x in rec
         ]
-    elif env in (E.RETURN, E.STATUS):
-        o = int(np.asarray(f.order)[i])
+    o = int(np.asarray(f.order)[i])
+    if "selected_order_id" in keys:
         out["selected_order_id"] = codec.order_id(o) if o >= 0 else "ord_none"
-        if env == E.RETURN:
-            j = int(np.asarray(f.line)[i])
-            out["selected_line_id"] = codec.order_line_id(o, j) if o >= 0 and j >= 0 else "none"
-        else:
-            out["order_status"] = SC.STATUS_NAMES[int(np.asarray(f.status)[i])]
-    elif env == E.POLICY:
+    if "selected_line_id" in keys:
+        j = int(np.asarray(f.line)[i])
+        out["selected_line_id"] = codec.order_line_id(o, j) if o >= 0 and j >= 0 else "none"
+    if "order_status" in keys:
+        out["order_status"] = SC.STATUS_NAMES[int(np.asarray(f.status)[i])]
+    if "policy_answer" in keys:
         v = float(np.asarray(f.policy_value)[i])
         if not bool(np.asarray(f.policy_ok)[i]):
             out["policy_answer"] = "unknown"

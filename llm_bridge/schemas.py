@@ -10,12 +10,14 @@ conventions: booleans are not numbers, an integral float is an integer.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Any
 
 from ecomjax import constants as C
 from ecomjax.order_history import METHOD_NAMES, REASON_NAMES, OrderStatus
+from ecomjax.registry import FAMILIES, Family
 
 T = C.Tool
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -26,7 +28,6 @@ SORT_NAMES: tuple[str, ...] = tuple(s.name.lower() for s in C.SortBy)
 STATUS_NAMES: tuple[str, ...] = tuple(s.name for s in OrderStatus)
 DISC_FILTER_NAMES: tuple[str, ...] = tuple(C.ATTR_NAMES[a] for a in C.DISC_FILTERS)
 NUM_FILTER_NAMES: tuple[str, ...] = tuple(n for n, _, _ in C.NUMERIC_FILTERS)
-ANSWER_ENVS: tuple[str, ...] = C.ENV_NAMES
 
 
 # --- schema builders -----------------------------------------------------------------------
@@ -244,32 +245,35 @@ def tool_schema(tool: T) -> dict:
 
 # --- answers (SPEC §4.6) ---------------------------------------------------------------------
 
-REC_IDS = {
-    "type": "array",
-    "description": "Product ids, best first.",
-    "items": {"type": "string"},
-    "minItems": 0,
-    "maxItems": C.MAX_ANSWER_IDS,
-}
-# env -> (fields, required beyond env); JOURNEY's entries are filled in below.
-_ANSWER_FIELDS: dict[str, dict[str, dict]] = {
-    "PD": {"recommended_product_ids": REC_IDS},
-    "SUB": {"recommended_product_ids": REC_IDS},
-    "CART": {},
-    "RETURN": {
-        "selected_order_id": {"type": "string", "description": "The order of the line."},
-        "selected_line_id": {"type": "string", "description": "The line to return."},
+# The answer keys a family may use (``Family.answer``), each with the schema its value
+# takes; the family's descriptor gives the description the model reads. The keys are fixed
+# because every family writes the same AnswerFields arrays (parse.py fills them by key).
+ANSWER_KEYS: dict[str, dict] = {
+    "recommended_product_ids": {
+        "type": "array",
+        "items": {"type": "string"},
+        "minItems": 0,
+        "maxItems": C.MAX_ANSWER_IDS,
     },
-    "STATUS": {
-        "selected_order_id": {"type": "string", "description": "The order asked about."},
-        "order_status": s_enum("Its status.", STATUS_NAMES),
-    },
-    "POLICY": {
-        "policy_answer": {"type": ["number", "string"], "description": "The policy's answer."}
-    },
-    "BUNDLE": {"recommended_product_ids": {**REC_IDS, "description": "One product per category."}},
+    "selected_order_id": {"type": "string"},
+    "selected_line_id": {"type": "string"},
+    "order_status": {"type": "string", "enum": list(STATUS_NAMES)},
+    "policy_answer": {"type": ["number", "string"]},
 }
 DONE = {"type": "boolean", "description": "End the episode (default true).", "default": True}
+
+
+def answer_fields(fam: Family) -> dict[str, dict]:
+    """The answer object's properties beyond ``env`` for one family, from its descriptor."""
+    out = {}
+    for key, desc in fam.answer:
+        if key not in ANSWER_KEYS:
+            known = ", ".join(ANSWER_KEYS)
+            raise ValueError(f"{fam.name}: unknown answer key {key!r}; known: {known}")
+        schema = ANSWER_KEYS[key]  # the description follows the type, as the model reads it
+        out[key] = {"type": schema["type"], "description": desc}
+        out[key].update((k, v) for k, v in schema.items() if k != "type")
+    return out
 
 
 def _answer_obj(env: str, fields: dict[str, dict], with_done: bool) -> dict:
@@ -279,33 +283,53 @@ def _answer_obj(env: str, fields: dict[str, dict], with_done: bool) -> dict:
     return s_obj(props, ("env", *fields))
 
 
-SUB_ANSWER_SCHEMAS: dict[str, dict] = {
-    e: _answer_obj(e, f, with_done=False) for e, f in _ANSWER_FIELDS.items()
-}
-ANSWER_SCHEMAS: dict[str, dict] = {
-    **{e: _answer_obj(e, f, with_done=True) for e, f in _ANSWER_FIELDS.items()},
-    "JOURNEY": _answer_obj(
-        "JOURNEY",
-        {
-            "subgoal_answers": {
-                "type": "array",
-                "description": "One entry per sub-goal in order: its answer object, or null.",
-                "items": {"anyOf": [*SUB_ANSWER_SCHEMAS.values(), {"type": "null"}]},
-                "minItems": 1,
-                "maxItems": C.MAX_SUBGOALS,
-            }
-        },
-        with_done=True,
-    ),
-}
-assert tuple(ANSWER_SCHEMAS) == ANSWER_ENVS
+def _journey_fields(subs: dict[str, dict]) -> dict[str, dict]:
+    return {
+        "subgoal_answers": {
+            "type": "array",
+            "description": "One entry per sub-goal in order: its answer object, or null.",
+            "items": {"anyOf": [*subs.values(), {"type": "null"}]},
+            "minItems": 1,
+            "maxItems": C.MAX_SUBGOALS,
+        }
+    }
+
+
+def sub_answer_schemas() -> dict[str, dict]:
+    """Env name -> the answer object of a JOURNEY sub-goal (no ``done``). Do not mutate."""
+    return _schemas(tuple(FAMILIES.values()))[1]
+
+
+def answer_schemas() -> dict[str, dict]:
+    """Env name -> the answer object of every registered family, in env order, read from
+    the descriptors (a family added with ``registry.register`` has one). Do not mutate."""
+    return _schemas(tuple(FAMILIES.values()))[0]
+
+
+@functools.lru_cache(maxsize=8)
+def _schemas(fams: tuple[Family, ...]) -> tuple[dict[str, dict], dict[str, dict]]:
+    subs = {
+        f.name: _answer_obj(f.name, answer_fields(f), with_done=False)
+        for f in fams
+        if f.fill is not None
+    }
+    top = {
+        f.name: _answer_obj(
+            f.name,
+            _journey_fields(subs) if f.env == C.Env.JOURNEY else answer_fields(f),
+            with_done=True,
+        )
+        for f in fams
+    }
+    return top, subs
 
 
 def answer_schema(env: str | None = None) -> dict:
     """The answer object of one env, or (``None``) any env's, as an anyOf."""
+    schemas = answer_schemas()
     if env is not None:
-        return ANSWER_SCHEMAS[env]
-    return {"anyOf": [ANSWER_SCHEMAS[e] for e in ANSWER_ENVS]}
+        return schemas[env]
+    return {"anyOf": list(schemas.values())}
 
 
 def submit_answer_schema(env: str | None = None) -> dict:

@@ -32,7 +32,7 @@ def test_names_and_tool_set():
 
 
 def test_every_object_is_closed():
-    roots = [*ALL, *SC.ANSWER_SCHEMAS.values(), SC.answer_schema()]
+    roots = [*ALL, *SC.answer_schemas().values(), SC.answer_schema()]
     objects = [o for r in roots for o in SC.iter_object_schemas(r)]
     assert len(objects) > 40
     for o in objects:
@@ -73,8 +73,8 @@ def test_table_matches_spec():
     assert p["cart_add"]["properties"]["variant_id"]["type"] == ["string", "null"]
     assert p["policy_search"]["properties"]["top_k"]["default"] == 3
     assert p["order_list"]["properties"]["days"]["default"] == 90
-    assert set(SC.ANSWER_SCHEMAS) == set(C.ENV_NAMES)
-    assert SC.ANSWER_SCHEMAS["STATUS"]["properties"]["order_status"]["enum"] == [
+    assert set(SC.answer_schemas()) == set(C.ENV_NAMES)
+    assert SC.answer_schemas()["STATUS"]["properties"]["order_status"]["enum"] == [
         "CONFIRMED",
         "SHIPPED",
         "IN_TRANSIT",
@@ -135,15 +135,15 @@ def test_check_good_and_bad():
 
 def test_check_answers():
     for ans in F.VALID_ANSWERS:
-        assert SC.check(ans, SC.ANSWER_SCHEMAS[ans["env"]]) is None
+        assert SC.check(ans, SC.answer_schemas()[ans["env"]]) is None
         assert SC.check(ans, SC.answer_schema()) is None
         assert (
             SC.check({"answer": ans}, SC.submit_answer_schema()["function"]["parameters"]) is None
         )
-    assert SC.check({"env": "PD"}, SC.ANSWER_SCHEMAS["PD"]).startswith("missing")
+    assert SC.check({"env": "PD"}, SC.answer_schemas()["PD"]).startswith("missing")
     assert SC.check({"env": "CART", "x": 1}, SC.answer_schema()) is not None
     bad_entry = {"env": "JOURNEY", "subgoal_answers": [{"env": "CART", "done": True}]}
-    assert SC.check(bad_entry, SC.ANSWER_SCHEMAS["JOURNEY"]) is not None
+    assert SC.check(bad_entry, SC.answer_schemas()["JOURNEY"]) is not None
     assert SC.check({"env": "JOURNEY", "subgoal_answers": [None]}, SC.answer_schema()) is None
 
 
@@ -154,14 +154,14 @@ def test_check_depth_is_bounded():
     schema = {"type": "array", "items": {"type": "array", "items": {}}}
     assert SC.check(deep, schema) is None  # the schema stops looking after two levels
     nested = {"env": "JOURNEY", "subgoal_answers": [deep]}
-    assert SC.check(nested, SC.ANSWER_SCHEMAS["JOURNEY"]) is not None
+    assert SC.check(nested, SC.answer_schemas()["JOURNEY"]) is not None
 
 
 @needs_jsonschema
 def test_schemas_are_valid_json_schema():
     for t in ALL:
         jsonschema.Draft202012Validator.check_schema(t["function"]["parameters"])
-    for s in SC.ANSWER_SCHEMAS.values():
+    for s in SC.answer_schemas().values():
         jsonschema.Draft202012Validator.check_schema(s)
 
 

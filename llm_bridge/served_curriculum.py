@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ecomjax import constants as C
 from ecomjax import curriculum as cur
+from ecomjax.registry import FAMILIES
 
 _DRAW_KEY = 0x5EED  # the stream of d draws; the seed picks the position in it
 
@@ -33,22 +33,24 @@ def _record(state: cur.CurriculumState, task, d, correct) -> cur.CurriculumState
 
 
 class ServedCurriculum:
-    """Thread-safe curriculum state over the eight tasks (indexed by ``C.Env``)."""
+    """Thread-safe curriculum state over the families registered when it is made (indexed
+    by env id)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._state = cur.init(len(C.ENV_NAMES))
+        self._names = tuple(FAMILIES)
+        self._state = cur.init(len(self._names))
         self.counted = 0
 
     def draw(self, family: str, seed: int) -> int:
-        task = jnp.int32(C.ENV_NAMES.index(family))
+        task = jnp.int32(self._names.index(family))
         with self._lock:
             state = self._state
         # The seed is a uint32; the episode index it stands for is taken modulo 2**31.
         return int(_draw(state, task, jnp.int32(seed & 0x7FFFFFFF)))
 
     def record(self, family: str, d: int, correct: bool) -> None:
-        task = jnp.int32(C.ENV_NAMES.index(family))
+        task = jnp.int32(self._names.index(family))
         with self._lock:
             self._state = _record(self._state, task, jnp.int32(d), jnp.bool_(correct))
             self.counted += 1
@@ -60,5 +62,5 @@ class ServedCurriculum:
         lo, hi = cur.window(s, cur.CurriculumConfig())
         return {
             name: {"lo": int(lo[i]), "hi": int(hi[i]), "a": int(s.a[i]), "b": int(s.b[i])}
-            for i, name in enumerate(C.ENV_NAMES)
+            for i, name in enumerate(self._names)
         }

@@ -42,7 +42,7 @@ from ecomjax.llm_bridge.session import FAST_COMPILE, CatalogText, Session
 from ecomjax.llm_bridge.templates import PRIORITY_WORDS, day_text
 from ecomjax.llm_bridge.warmup import Warmup
 from ecomjax.order_history import METHOD_NAMES, REASON_NAMES, OrderStatus
-from ecomjax.registry import FAMILIES, resolve_tasks
+from ecomjax.registry import FAMILIES, env_name, resolve_tasks
 from ecomjax.types import EnvParams
 
 STATIC_DIR = Path(__file__).with_name("static")
@@ -273,7 +273,7 @@ def _constraints(p: Any, lex: Any, k: int) -> list[dict]:
 def _goal(env: int, p: Any, s: Session) -> dict:
     codec, lex = s.codec, s.text.lexicon
     E = C.Env
-    g: dict[str, Any] = {"env": C.ENV_NAMES[env]}
+    g: dict[str, Any] = {"env": env_name(env)}
     if env == E.PD:
         g["constraints"] = _constraints(p, lex, 0)
         g["k"] = int(p.k_rec)
@@ -332,7 +332,7 @@ def goal_trace(s: Session) -> dict:
     p = jax.tree_util.tree_map(np.asarray, jax.device_get(s.state.problem))
     env = int(p.env)
     out: dict[str, Any] = {
-        "family": C.ENV_NAMES[env],
+        "family": env_name(env),
         "difficulty": int(p.d),
         "seed": s.seed,
         "today": day_text(int(p.today)),
@@ -345,7 +345,7 @@ def goal_trace(s: Session) -> dict:
         try:
             goals.append(_goal(e, p, s))
         except Exception as exc:  # noqa: BLE001 - a debug aid must not break the episode
-            goals.append({"env": C.ENV_NAMES[e], "error": f"{type(exc).__name__}: {exc}"[:200]})
+            goals.append({"env": env_name(e), "error": f"{type(exc).__name__}: {exc}"[:200]})
     out["goals"] = goals
     return out
 
@@ -689,7 +689,7 @@ class Service:
             "curriculum": None if self.curriculum is None else self.curriculum.snapshot(),
             "tools": SC.all_tools(with_submit=False),
             "mcp_tools": [t["name"] for t in mcp_rpc.mcp_tools()],
-            "answer_schemas": {e: SC.answer_schema(e) for e in C.ENV_NAMES},
+            "answer_schemas": SC.answer_schemas(),
             "expose_goal": self.config.expose_goal,
             "disclose_env_id": self.params.disclose_env_id,
             "limits": {

@@ -49,7 +49,7 @@ from ecomjax.llm_bridge.render import (
     tool_message,
 )
 from ecomjax.program_cache import KeptJit
-from ecomjax.registry import FAMILIES
+from ecomjax.registry import by_env, env_name, on_change
 from ecomjax.registry import family as get_family
 from ecomjax.tools.search import resolve_searches
 from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, TimeStep, no_search
@@ -60,14 +60,13 @@ E = C.Env
 TM_ = C.Termination
 SearchFn = Callable[[Catalog, EpisodeState, Action, EnvParams], SearchResults]
 
-# Per-env names of RewardInfo.detail (each family's descriptor states its verifier's).
-DETAIL_NAMES: dict[int, tuple[str, ...]] = {f.env: f.details for f in FAMILIES.values()}
 # FAST_COMPILE (re-exported here) cuts CPU compile time for the host's single-episode
 # functions; it costs step time, which an LLM host does not notice.
 
 # --- compiled functions, once per process ------------------------------------------------------
 
 _COMPILED: dict[tuple, Callable] = {}
+on_change(_COMPILED.clear)  # a reset is keyed by family name
 
 
 def _opts_key(opts: Mapping[str, Any] | None) -> tuple:
@@ -222,7 +221,7 @@ def act_record(act: Any, ep: templates.EpisodeText) -> dict:
     out["subgoal"] = int(a.subgoal)
     out["active"] = int(a.active)
     if int(a.intro_env) >= 0:
-        out["intro_env"] = C.ENV_NAMES[int(a.intro_env)]
+        out["intro_env"] = env_name(int(a.intro_env))
         out["switch_intro"] = bool(a.switch_intro)
     if int(a.n_subgoals) > 0:
         out["n_subgoals"] = int(a.n_subgoals)
@@ -310,7 +309,7 @@ class Session:
     @property
     def tools(self) -> list[dict]:
         """The tool schemas shown to the model (with ``submit_answer`` unless disabled)."""
-        env = C.ENV_NAMES[self.episode.env] if self.params.disclose_env_id else None
+        env = env_name(self.episode.env) if self.params.disclose_env_id else None
         return _tools(self.submit_tool, env)
 
     # -- one turn ---------------------------------------------------------------------------------
@@ -412,7 +411,7 @@ class Session:
             "messages": list(self.messages),
             "new_messages": new,
             "tools": self.tools,  # shared across sessions: read-only
-            "env_id": C.ENV_NAMES[self.episode.env] if self.params.disclose_env_id else None,
+            "env_id": env_name(self.episode.env) if self.params.disclose_env_id else None,
             "turn": int(obs.turn),
             "turns_left": int(obs.turns_left),
             "tool_budget": int(obs.tool_budget),
@@ -434,7 +433,7 @@ class Session:
         dlg = self._dlg
         hard = int(r.hard_fail)
         failed = hard != C.HardFail.NONE
-        names = DETAIL_NAMES.get(self.episode.env, ())
+        names = by_env(self.episode.env).details  # the names its verifier gives them
         details = {
             n: (None if failed else float(v))
             for n, v in zip(names, np.asarray(r.detail), strict=False)

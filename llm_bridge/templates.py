@@ -39,6 +39,7 @@ from ecomjax.constraints import CONSTRAINT_SLOTS, SLOT_ATTR
 from ecomjax.envs.bundle.generator import PROJECTS
 from ecomjax.llm_bridge.noise import PROTECT, QUIET, VALUE, strip_markers
 from ecomjax.order_history import METHOD_NAMES, REASON_NAMES
+from ecomjax.registry import by_env, next_env
 
 S = C.Slot
 A = C.Attr
@@ -403,9 +404,13 @@ class _Reply:
             E.POLICY: self.open_policy,
             E.BUNDLE: self.open_bundle,
         }.get(env)
-        if fn is None:
-            raise MissingSlot(f"no opening for env {env}")
-        return fn(row)
+        if fn is not None:
+            return fn(row)
+        # A family these templates do not word (registry.register): its descriptor's line;
+        # the slots it states follow as the generic phrases (``leftovers``).
+        if 0 <= env < next_env() and by_env(env).opening:
+            return by_env(env).opening
+        raise MissingSlot(f"no opening for env {env}")
 
     def open_pd(self, row: int) -> str:
         cat = self.category(row)

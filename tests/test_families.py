@@ -56,16 +56,18 @@ def test_the_customers_slot_table_is_the_descriptors():
     """Which slots the customer can be asked about in each env (SPEC §10.1) comes from the
     descriptors; the values are the table customer.py held before (spot-checked rows)."""
     S = C.Slot
+    applicable, defaulted = customer.slot_tables()
     for fam in FAMILIES.values():
-        assert customer.APPLICABLE[fam.env].tolist() == fam.slot_mask.tolist(), fam
+        assert applicable[fam.env].tolist() == fam.slot_mask.tolist(), fam
         assert len(set(fam.slots)) == len(fam.slots), fam  # no slot twice
-    assert set(np.flatnonzero(customer.APPLICABLE[C.Env.CART])) == {S.ITEMS, S.VARIANT, S.QUANTITY}
-    assert np.flatnonzero(customer.APPLICABLE[C.Env.STATUS]).tolist() == [S.ORDER_REFERENCE]
-    assert customer.APPLICABLE[C.Env.PD].sum() == 20 and customer.APPLICABLE[C.Env.SUB].sum() == 20
-    assert (
-        customer.APPLICABLE[C.Env.RETURN].sum() == 23
-        and not customer.APPLICABLE[C.Env.JOURNEY].any()
-    )
+    assert set(np.flatnonzero(applicable[C.Env.CART])) == {S.ITEMS, S.VARIANT, S.QUANTITY}
+    assert np.flatnonzero(applicable[C.Env.STATUS]).tolist() == [S.ORDER_REFERENCE]
+    assert applicable[C.Env.PD].sum() == 20 and applicable[C.Env.SUB].sum() == 20
+    assert applicable[C.Env.RETURN].sum() == 23 and not applicable[C.Env.JOURNEY].any()
+    # only CART's quantity has a default (1)
+    assert [tuple(np.flatnonzero(row)) for row in defaulted] == [
+        (S.QUANTITY,) if e == C.Env.CART else () for e in C.Env
+    ]
 
 
 def test_no_family_imports_the_customer():

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from ecomjax import constants as C
 from ecomjax.agents.base import Agent
 from ecomjax.family import OraclePlan
-from ecomjax.registry import by_env
+from ecomjax.registry import by_env, on_change
 
 
 def _plans(families: Sequence[int]) -> dict[int, OraclePlan]:
@@ -32,17 +32,17 @@ def make_oracle(families: Sequence[int] = tuple(C.Env)) -> Agent:
 @cache
 def _oracle(families: tuple[int, ...]) -> Agent:
     plans = _plans(families)
-    names = "+".join(C.ENV_NAMES[f] for f in plans)
+    names = "+".join(by_env(f).name for f in plans)
 
     def init(key, obs, catalog):
         del key, obs, catalog
-        return {C.ENV_NAMES[f]: m.init_memory() for f, m in plans.items()}
+        return {by_env(f).name: m.init_memory() for f, m in plans.items()}
 
     def act(key, memory, obs, catalog):
         del key
         out_mem, actions = {}, []
         for f, m in plans.items():
-            name = C.ENV_NAMES[f]
+            name = by_env(f).name
             out_mem[name], a = m.act(memory[name], obs, catalog, jnp.int32(0))
             actions.append((f, a))
         action = actions[0][1]
@@ -54,7 +54,7 @@ def _oracle(families: tuple[int, ...]) -> Agent:
     narrow = None if len(plans) == 1 else (lambda f: _oracle((int(f),)))
     batch = None
     if len(plans) == 1 and hasattr(only := next(iter(plans.values())), "act_batch"):
-        name = C.ENV_NAMES[next(iter(plans))]
+        name = by_env(next(iter(plans))).name
 
         def batch(keys, memory, obs, catalog):
             del keys
@@ -64,4 +64,6 @@ def _oracle(families: tuple[int, ...]) -> Agent:
     return Agent(f"oracle[{names}]", init, act, narrow, batch)
 
 
+# an env id may name another family after ``registry.unregister``
+on_change(_oracle.cache_clear)
 oracle_agent = make_oracle()

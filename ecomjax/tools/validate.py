@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from ecomjax import constants as C
 from ecomjax import order_history as O
+from ecomjax.registry import FAMILIES
 from ecomjax.types import Action
 
 T = C.Tool
@@ -64,12 +65,21 @@ def call_valid(action: Action) -> jax.Array:
 
 
 def answer_valid(action: Action, env: jax.Array) -> jax.Array:
-    """The answer object matches the episode's env schema (SPEC §4.6)."""
+    """The answer object matches the episode's env schema (SPEC §4.6), with each family's
+    own range check of the main entry (``Family.answer_ok``: STATUS's status)."""
+
     ans = action.answer
     main = ans.main
     sub_ok = (ans.sub.env == -1) | (_in(ans.sub.env, 0, C.Env.JOURNEY - 1))
-    status_ok = jnp.where(main.env == C.Env.STATUS, _in(main.status, 0, O.N_STATUSES - 1), True)
-    return (main.env == env) & status_ok & jnp.where(env == C.Env.JOURNEY, sub_ok.all(), True)
+    own_ok = [
+        jnp.where(main.env == fam.env, fam.answer_ok(main), True)
+        for fam in FAMILIES.values()
+        if fam.answer_ok is not None
+    ]
+    ok = main.env == env
+    for family_ok in own_ok:
+        ok = ok & family_ok
+    return ok & jnp.where(env == C.Env.JOURNEY, sub_ok.all(), True)
 
 
 def hard_fail_kind(action: Action, env: jax.Array, budget: jax.Array) -> jax.Array:

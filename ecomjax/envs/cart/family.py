@@ -1,6 +1,6 @@
 """The CART family's descriptor (see ``ecomjax.family``)."""
 
-from ecomjax.constants import Env
+from ecomjax.constants import Env, Slot
 from ecomjax.envs.cart import generator, oracle, verifier
 from ecomjax.family import Family
 
@@ -17,4 +17,5 @@ FAMILY = Family(
     mean_turns=3,
     verify=verifier.verify,
     fill=generator.fill,
+    defaulted=(Slot.QUANTITY,),
 )

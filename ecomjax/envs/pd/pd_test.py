@@ -127,9 +127,9 @@ def test_slots_and_opening_hold_no_hidden_value(catalog, problems):
 def test_asking_every_slot_reveals_the_scored_goal(catalog, problems):
     """Invariant 10: after one ask_user of every PD slot, the stated values rebuild C, k, π."""
     from ecomjax.actions import Call, make_action
-    from ecomjax.customer import APPLICABLE
+    from ecomjax.customer import slot_tables
 
-    slots = tuple(np.flatnonzero(APPLICABLE[C.Env.PD]))
+    slots = tuple(np.flatnonzero(slot_tables()[0][C.Env.PD]))
     act = make_action([Call(C.Tool.ASK_USER, slots=slots)])
     keys = keys_for(3, B)
     states, ts = reset_batch(keys, catalog, problems, PARAMS)

@@ -17,4 +17,5 @@ FAMILY = Family(
     mean_turns=2,
     verify=verifier.verify,
     fill=generator.fill,
+    answer=(("policy_answer", "The policy's answer."),),
 )

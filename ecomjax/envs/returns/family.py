@@ -17,4 +17,8 @@ FAMILY = Family(
     mean_turns=3,
     verify=verifier.verify,
     fill=generator.fill,
+    answer=(
+        ("selected_order_id", "The order of the line."),
+        ("selected_line_id", "The line to return."),
+    ),
 )

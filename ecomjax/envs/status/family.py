@@ -14,4 +14,9 @@ FAMILY = Family(
     mean_turns=2,
     verify=verifier.verify,
     fill=generator.fill,
+    answer=(
+        ("selected_order_id", "The order asked about."),
+        ("order_status", "Its status."),
+    ),
+    answer_ok=verifier.status_in_range,
 )

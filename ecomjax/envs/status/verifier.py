@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from ecomjax import constants as C
+from ecomjax import order_history as O
 from ecomjax.catalog.types import Catalog
 from ecomjax.types import AnswerFields, Dialogue, Problem, Score, World, make_score
 
@@ -27,3 +28,8 @@ def verify(
     r_stat = (has & (ans.status == status) & (target >= 0)).astype(jnp.float32)
     r_task = r_oid + r_stat - 1.0
     return make_score(r_task, (r_oid == 1.0) & (r_stat == 1.0), r_oid, r_stat)
+
+
+def status_in_range(main: AnswerFields) -> jax.Array:
+    """The answered status is one of the order statuses (an INVALID_ANSWER otherwise)."""
+    return (main.status >= 0) & (main.status <= O.N_STATUSES - 1)

@@ -17,4 +17,5 @@ FAMILY = Family(
     mean_turns=3,
     verify=verifier.verify,
     fill=generator.fill,
+    answer=(("recommended_product_ids", "Product ids, best first."),),
 )
