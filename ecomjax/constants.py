@@ -319,6 +319,9 @@ class ReturnIssue(IntEnum):
 
 
 N_RET_ISSUES = len(ReturnIssue)
+# A family's CONFIRM / CORRECT feedback (ecomjax.family.Feedback): the issue flags one
+# CORRECT can name (RETURN's six) and the things the customer remembers confirming.
+MAX_FEEDBACK_ISSUES = N_RET_ISSUES
 
 
 class DescForm(IntEnum):
@@ -347,6 +350,7 @@ MAX_SEARCH_RESULTS = 200  # top_k(d) <= 200 at every d, so no search ever return
 MAX_ANSWER_IDS = 50
 MAX_HISTORY = 16  # CART: 5 targets + max(3, 2*5) distractors
 MAX_RETURNS = 8
+MAX_CONFIRMED = MAX_RETURNS  # Feedback.confirmed: RETURN confirms each return once
 MAX_USED_IDS = 128
 # Hallucinated answer ids become unknown ids at and below this (world.unknown_if_hallucinated),
 # clear of the host's codes for made-up strings (-2 down to -2 - 2**16).

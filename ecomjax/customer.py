@@ -2,7 +2,8 @@
 
 It reads the hidden goal, the world and the agent's turn, and answers with acts that carry
 knowable content only: products appear as identifying-description keys, never as indices.
-Family-specific feedback (CART now) plugs in beside the shared CLARIFY and composition.
+CART's item feedback and each family's ``feedback`` hook (RETURN's, a registered family's)
+plug in beside the shared CLARIFY, frustration and composition.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
 from ecomjax.envs.cart.customer import CartFeedback, cart_feedback
 from ecomjax.envs.journey.agenda import Agenda, agenda
-from ecomjax.envs.returns.customer import ReturnFeedback, return_feedback
-from ecomjax.family import Family, slot_mask
+from ecomjax.family import Family, Feedback, slot_mask
 from ecomjax.registry import by_env, next_env
 from ecomjax.tools.execute import TurnScratch
 from ecomjax.types import Action, Dialogue, EnvParams, Problem, UserAct, World, empty_user_act
@@ -168,6 +168,61 @@ def _when(needed: bool, fn, *args):
     return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
+def _family_feedback(
+    catalog: Catalog,
+    problem: Problem,
+    world_before: World,
+    world: World,
+    dlg: Dialogue,
+    action: Action,
+    present_fams: tuple[int, ...],
+    is_journey: jax.Array,
+) -> tuple[Feedback, jax.Array, jax.Array]:
+    """The CONFIRM / CORRECT of the family whose ``feedback`` hook speaks for this lane (the
+    episode's family, or in JOURNEY its sub-goal family with a hook: RETURN), whether it
+    speaks (in JOURNEY: once that sub-goal is introduced), and its sub-goal row. A hook is
+    traced only when its family can occur; read from the registry at trace time."""
+    env = problem.env
+    out: tuple[Feedback, jax.Array, jax.Array] | None = None
+    for fam in (by_env(e) for e in range(next_env())):
+        if fam.feedback is None:
+            continue
+        subgoal = fam.fill is not None  # a JOURNEY sub-goal family
+        journey = (C.Env.JOURNEY,) if subgoal else ()
+        fb = _when(
+            _any(present_fams, fam.env, *journey),
+            fam.feedback,
+            catalog,
+            problem,
+            world_before,
+            world,
+            dlg,
+            action,
+        )
+        if subgoal:
+            has = (env == fam.env) | (is_journey & (problem.sub_env == fam.env).any())
+            row = jnp.where(is_journey, jnp.argmax(problem.sub_env == fam.env), 0)
+        else:
+            has, row = env == fam.env, jnp.int32(0)
+        on = has & dlg.introduced[row]
+        if out is not None:
+            prev, prev_on, prev_row = out
+            fb = jax.tree_util.tree_map(lambda a, b: jnp.where(on, a, b), fb, prev)
+            on, row = on | prev_on, jnp.where(on, row, prev_row)
+        out = (fb, on, row)
+    if out is None:  # no registered family gives feedback
+        none = Feedback(
+            confirm=jnp.bool_(False),
+            confirm_new=jnp.bool_(False),
+            correct=jnp.bool_(False),
+            issues=jnp.zeros(C.MAX_FEEDBACK_ISSUES, bool),
+            reveal=jnp.zeros(C.N_SLOTS, bool),
+            confirmed=dlg.feedback_confirmed,
+        )
+        out = (none, jnp.bool_(False), jnp.int32(0))
+    return out
+
+
 def reply(
     catalog: Catalog,
     problem: Problem,
@@ -186,8 +241,9 @@ def reply(
 
     ``world_before`` is the world before this turn's calls (RETURN judges the returns the
     turn created); ``key`` is the episode key (JOURNEY's SWITCH draw). ``families``
-    (static) names the families the batch may hold: the CART, RETURN and JOURNEY parts are traced
-    only when their family can occur (elsewhere their outputs are never selected)."""
+    (static) names the families the batch may hold: CART's feedback, JOURNEY's agenda and a
+    family's ``feedback`` hook are traced only when their family can occur (elsewhere their
+    outputs are never selected)."""
     present_fams = tuple(int(f) for f in families)
     env = problem.env
     is_journey = env == C.Env.JOURNEY
@@ -201,7 +257,7 @@ def reply(
     cart_on = has_cart & dlg.introduced[crow]
     # Presentations are judged while the CART sub-goal is the one being talked about.
     present = jnp.where(cart_on & (~is_journey | (dlg.active == crow)), action.present, -1)
-    fb: CartFeedback = _when(
+    cart_fb: CartFeedback = _when(
         _any(present_fams, C.Env.CART, C.Env.JOURNEY),
         cart_feedback,
         problem,
@@ -211,26 +267,16 @@ def reply(
         present,
         shocked_items,
     )
-    rfb: ReturnFeedback = _when(
-        _any(present_fams, C.Env.RETURN, C.Env.JOURNEY),
-        return_feedback,
-        catalog,
-        problem,
-        world_before,
-        world,
-        dlg,
-        scratch,
+    fam_fb, fam_on, fam_row = _family_feedback(
+        catalog, problem, world_before, world, dlg, action, present_fams, is_journey
     )
-    has_ret = (env == C.Env.RETURN) | (is_journey & (problem.sub_env == C.Env.RETURN).any())
-    rrow = jnp.where(is_journey, jnp.argmax(problem.sub_env == C.Env.RETURN), 0)
-    ret_on = has_ret & dlg.introduced[rrow]
 
-    inform_update = cart_on & fb.update.any()
-    confirm = (cart_on & fb.confirm) | (ret_on & rfb.confirm)
-    cart_correct = cart_on & fb.correct
-    ret_correct = ret_on & rfb.correct & ~(cart_on & fb.correct)
-    correct = cart_correct | ret_correct
-    confirm_new = (cart_on & fb.confirm & fb.confirm_new) | (ret_on & rfb.confirm_new)
+    inform_update = cart_on & cart_fb.update.any()
+    confirm = (cart_on & cart_fb.confirm) | (fam_on & fam_fb.confirm)
+    cart_correct = cart_on & cart_fb.correct
+    fam_correct = fam_on & fam_fb.correct & ~(cart_on & cart_fb.correct)
+    correct = cart_correct | fam_correct
+    confirm_new = (cart_on & cart_fb.confirm & cart_fb.confirm_new) | (fam_on & fam_fb.confirm_new)
 
     # JOURNEY agenda (SPEC §8.8); outside JOURNEY, DONE follows a stored done=false answer.
     ag: Agenda = _when(_any(present_fams, C.Env.JOURNEY), agenda, problem, dlg, action, key, params)
@@ -239,15 +285,17 @@ def reply(
     user_caused = (clarify & (n_revealed > 0)) | (confirm & confirm_new) | switch
 
     # Frustration (§10.3): resets win over increments within one reply.
-    n_issues = jnp.where(cart_correct, _issue_count(fb.item_issue, fb.extra_pid), rfb.issues.sum())
+    n_issues = jnp.where(
+        cart_correct, _issue_count(cart_fb.item_issue, cart_fb.extra_pid), fam_fb.issues.sum()
+    )
     prev_n = jnp.where(
-        dlg.last_ret_issue.any(),
-        dlg.last_ret_issue.sum(),
+        dlg.last_feedback_issues.any(),
+        dlg.last_feedback_issues.sum(),
         _issue_count(dlg.last_issue, dlg.last_extra),
     )
-    cart_repeats = _includes(fb.item_issue, fb.extra_pid, dlg.last_issue, dlg.last_extra)
-    ret_repeats = (~dlg.last_ret_issue | rfb.issues).all()
-    repeats = correct & dlg.had_correct & jnp.where(cart_correct, cart_repeats, ret_repeats)
+    cart_repeats = _includes(cart_fb.item_issue, cart_fb.extra_pid, dlg.last_issue, dlg.last_extra)
+    fam_repeats = (~dlg.last_feedback_issues | fam_fb.issues).all()
+    repeats = correct & dlg.had_correct & jnp.where(cart_correct, cart_repeats, fam_repeats)
     fewer = correct & dlg.had_correct & (n_issues < prev_n)
     reset = confirm | (clarify & (n_revealed > 0)) | fewer | switch
     inc = repeats.astype(jnp.int32) + (clarify & (n_revealed == 0)).astype(jnp.int32)
@@ -257,13 +305,13 @@ def reply(
     # Pending values leave the pending set once revealed (CLARIFY, CORRECT, INFORM-update).
     pending = dlg.pending.at[sub].set(dlg.pending[sub] & ~revealed)
     cart_reveal = jnp.zeros((C.MAX_ITEMS, C.N_SLOTS), bool)
-    cart_reveal = cart_reveal.at[:, S.VARIANT].set(cart_correct & fb.reveal_var)
+    cart_reveal = cart_reveal.at[:, S.VARIANT].set(cart_correct & cart_fb.reveal_var)
     cart_reveal = cart_reveal.at[:, S.QUANTITY].set(
-        cart_on & (fb.reveal_qty & (cart_correct | fb.update))
+        cart_on & (cart_fb.reveal_qty & (cart_correct | cart_fb.update))
     )
     pending = pending.at[crow].set(pending[crow] & ~cart_reveal)
-    ret_reveal = ret_correct & rfb.reveal
-    pending = pending.at[rrow, 0].set(pending[rrow, 0] & ~ret_reveal)
+    fam_reveal = fam_correct & fam_fb.reveal
+    pending = pending.at[fam_row, 0].set(pending[fam_row, 0] & ~fam_reveal)
 
     acts = jnp.zeros(C.N_ACTS, bool)
     acts = acts.at[A.INFORM_UPDATE].set(inform_update)
@@ -281,8 +329,8 @@ def reply(
     applicable = status != CS.NOT_UNDERSTOOD
     stated = asked & applicable & problem.has_slot[sub, 0]
     payload = _slot_payload(problem, sub, stated)
-    ret_stated = ret_reveal & problem.has_slot[rrow, 0]
-    payload = _merge_payload(payload, _slot_payload(problem, rrow, ret_stated))
+    fam_stated = fam_reveal & problem.has_slot[fam_row, 0]
+    payload = _merge_payload(payload, _slot_payload(problem, fam_row, fam_stated))
     intro = switch & ag.intro
     switch_to = jnp.clip(ag.target, 0, C.MAX_SUBGOALS - 1)
     pend_for_switch = jnp.where(intro, problem.pending, pending)
@@ -299,42 +347,42 @@ def reply(
     cart_intro = switch & (switch_to == crow) & has_cart
     show_qty_sw = cart_intro & (problem.item_qty > 1) & ~pend_for_switch[crow, :, S.QUANTITY]
     show_var_sw = cart_intro & problem.item_var_req & ~pend_for_switch[crow, :, S.VARIANT]
-    state_var = (ask_var & in_scope & problem.item_var_req) | (cart_correct & fb.reveal_var)
+    state_var = (ask_var & in_scope & problem.item_var_req) | (cart_correct & cart_fb.reveal_var)
     state_var = state_var | show_var_sw
     # Items sold out before the CART sub-goal was introduced: its opening says so.
-    update_at_intro = cart_intro & valid & (fb.req_final < problem.item_qty)
-    item_update = (cart_on & fb.update) | update_at_intro
-    state_qty = (ask_qty & in_scope) | (cart_correct & fb.reveal_qty) | item_update
+    update_at_intro = cart_intro & valid & (cart_fb.req_final < problem.item_qty)
+    item_update = (cart_on & cart_fb.update) | update_at_intro
+    state_qty = (ask_qty & in_scope) | (cart_correct & cart_fb.reveal_qty) | item_update
     state_qty = state_qty | show_qty_sw
-    mentioned = (ask_items & in_scope) | (cart_on & (fb.update | fb.item_confirm))
-    mentioned = mentioned | (cart_correct & (fb.item_issue != 0)) | cart_intro
+    mentioned = (ask_items & in_scope) | (cart_on & (cart_fb.update | cart_fb.item_confirm))
+    mentioned = mentioned | (cart_correct & (cart_fb.item_issue != 0)) | cart_intro
     mentioned = has_cart & valid & mentioned
     var_value = required_variant_value(problem)
-    extra = jnp.where(cart_correct | (cart_on & fb.correct), fb.extra_pid, -1)
+    extra = jnp.where(cart_correct | (cart_on & cart_fb.correct), cart_fb.extra_pid, -1)
     act = empty_user_act().replace(
         acts=acts,
         user_caused=user_caused & ~quit_,
         item_valid=mentioned,
         item_desc_form=jnp.where(mentioned, problem.item_desc_form, 0),
         item_desc_key=jnp.where(mentioned, problem.item_desc_key, -1),
-        item_qty=jnp.where(mentioned & state_qty, fb.req_final, -1),
+        item_qty=jnp.where(mentioned & state_qty, cart_fb.req_final, -1),
         item_var_attr=jnp.where(mentioned & state_var, problem.item_var_attr, -1),
         item_var_value=jnp.where(mentioned & state_var, var_value, 0.0),
         item_var_nopref=mentioned & ask_var & in_scope & ~problem.item_var_req,
         item_update=item_update,
-        item_issue=jnp.where(cart_correct, fb.item_issue, 0),
-        item_confirm=cart_on & fb.item_confirm,
-        cart_confirm=cart_on & fb.cart_confirm,
+        item_issue=jnp.where(cart_correct, cart_fb.item_issue, 0),
+        item_confirm=cart_on & cart_fb.item_confirm,
+        cart_confirm=cart_on & cart_fb.cart_confirm,
         extra_form=jnp.where(extra >= 0, catalog.desc_form[safe(extra)].astype(jnp.int32), 0),
         extra_key=jnp.where(extra >= 0, _desc_key(catalog, extra), -1),
-        extra_kind=jnp.where(cart_correct, fb.extra_kind, 0),
+        extra_kind=jnp.where(cart_correct, cart_fb.extra_kind, 0),
         slot_status=jnp.where(clarify, status, 0),
         subgoal=sub,
         active=jnp.where(is_journey, ag.active, 0),
         switch_intro=intro,
         intro_env=jnp.where(switch, sub_env(problem, switch_to), -1),
-        ret_issue=ret_correct & rfb.issues,
-        ret_confirm=ret_on & rfb.confirm,
+        feedback_issues=fam_correct & fam_fb.issues,
+        feedback_confirm=fam_on & fam_fb.confirm,
         **payload,
     )
     act = jax.tree_util.tree_map(
@@ -345,16 +393,20 @@ def reply(
     new_dlg = dlg.replace(
         pending=pending,
         # A shock lowers the requirement even before CART is introduced (SPEC §6).
-        req_final=jnp.where(has_cart, fb.req_final, dlg.req_final),
-        presented=jnp.where(cart_on, fb.presented, dlg.presented),
-        confirmed_fp=jnp.where(cart_on, fb.confirmed_fp, dlg.confirmed_fp),
-        n_confirmed=jnp.where(cart_on, fb.n_confirmed, dlg.n_confirmed),
-        last_issue=jnp.where(cart_correct, fb.item_issue, jnp.where(correct, 0, dlg.last_issue)),
-        last_extra=jnp.where(cart_correct, fb.extra_pid, jnp.where(correct, -1, dlg.last_extra)),
-        last_ret_issue=jnp.where(
-            ret_correct, rfb.issues, jnp.where(correct, False, dlg.last_ret_issue)
+        req_final=jnp.where(has_cart, cart_fb.req_final, dlg.req_final),
+        presented=jnp.where(cart_on, cart_fb.presented, dlg.presented),
+        confirmed_fp=jnp.where(cart_on, cart_fb.confirmed_fp, dlg.confirmed_fp),
+        n_confirmed=jnp.where(cart_on, cart_fb.n_confirmed, dlg.n_confirmed),
+        last_issue=jnp.where(
+            cart_correct, cart_fb.item_issue, jnp.where(correct, 0, dlg.last_issue)
         ),
-        ret_confirmed=jnp.where(ret_on, rfb.ret_confirmed, dlg.ret_confirmed),
+        last_extra=jnp.where(
+            cart_correct, cart_fb.extra_pid, jnp.where(correct, -1, dlg.last_extra)
+        ),
+        last_feedback_issues=jnp.where(
+            fam_correct, fam_fb.issues, jnp.where(correct, False, dlg.last_feedback_issues)
+        ),
+        feedback_confirmed=jnp.where(fam_on, fam_fb.confirmed, dlg.feedback_confirmed),
         had_correct=dlg.had_correct | correct,
         frustration=frustration,
         done_emitted=dlg.done_emitted | done,

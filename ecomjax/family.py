@@ -8,11 +8,12 @@ that fails to import fails loudly instead of vanishing from a run."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import jax
 import numpy as np
+from flax import struct
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
@@ -35,6 +36,25 @@ Verify = Callable[[Catalog, Problem, World, Dialogue, AnswerFields, jax.Array], 
 Fill = Callable[..., Problem]
 # the main answer entry -> bool: its fields are in range for this family (SPEC §4.6)
 AnswerCheck = Callable[[AnswerFields], jax.Array]
+
+
+@struct.dataclass
+class Feedback:
+    """The customer's CONFIRM / CORRECT about one turn, from the family's ``feedback`` hook
+    (SPEC §10.2; RETURN's returns, a registered family's own checks). Issues are flags in
+    the family's ``issues`` order; frustration counts a CORRECT that repeats the previous
+    one's issues and resets on one that names fewer (§10.3)."""
+
+    confirm: jax.Array  # bool
+    confirm_new: jax.Array  # bool: a confirmation not given before (user-caused)
+    correct: jax.Array  # bool
+    issues: jax.Array  # bool [MAX_FEEDBACK_ISSUES]
+    reveal: jax.Array  # bool [N_SLOTS]: pending slots whose values the CORRECT states
+    confirmed: jax.Array  # bool [MAX_CONFIRMED]: the family's memory of what it confirmed
+
+
+# (catalog, problem, world before the turn's calls, world after, dialogue, action) -> Feedback
+FeedbackHook = Callable[[Catalog, Problem, World, World, Dialogue, Action], Feedback]
 
 
 class OraclePlan(Protocol):
@@ -87,7 +107,17 @@ class Family:
     # slots follow it as the generic slot phrases
     opening: str = ""
     # the CLARIFY slots that always have a value (CART's quantity defaults to 1)
-    defaulted: tuple[C.Slot, ...] = field(default=())
+    defaulted: tuple[C.Slot, ...] = ()
+    # the customer's CONFIRM / CORRECT after a turn (RETURN: the returns it created); None:
+    # the generic customer (CLARIFY, DONE, ACK, frustration). CART's item-level feedback
+    # is the customer's own (its acts carry per-item fields no other family has).
+    feedback: FeedbackHook | None = None
+    # the names of the hook's issue flags, in order (the trace and the host's wording)
+    issues: tuple[str, ...] = ()
+    # the host's wording of each issue and of a CONFIRM, for a family whose wording the
+    # bridge's templates do not hold (like ``opening``)
+    issue_text: tuple[str, ...] = ()
+    confirm_text: str = ""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -96,6 +126,13 @@ class Family:
             object.__setattr__(self, "name", self.env.name)
         if self.name != self.name.upper() or not self.name.isidentifier():
             raise ValueError(f"a family name is an upper-case identifier, not {self.name!r}")
+        if len(self.issues) > C.MAX_FEEDBACK_ISSUES:
+            raise ValueError(
+                f"{self.name}: at most {C.MAX_FEEDBACK_ISSUES} feedback issues, "
+                f"not {len(self.issues)}"
+            )
+        if self.issues and self.feedback is None:
+            raise ValueError(f"{self.name}: issues without a feedback hook")
 
     @property
     def slot_mask(self) -> np.ndarray:

@@ -81,6 +81,13 @@ def register(fam: Family) -> Family:
         raise ValueError(f"{fam.name}: only the built-in families can be JOURNEY sub-goals")
     if not fam.opening:
         raise ValueError(f"{fam.name}: the customer needs an opening line (Family.opening)")
+    if fam.feedback is not None and (
+        not fam.confirm_text or len(fam.issue_text) != len(fam.issues)
+    ):
+        raise ValueError(
+            f"{fam.name}: a feedback hook needs the host's wording: confirm_text and one "
+            "issue_text per issue"
+        )
     FAMILIES[fam.name] = fam
     _BY_ENV.append(fam)
     _changed()

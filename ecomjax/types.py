@@ -438,8 +438,10 @@ class UserAct:
     subgoal: jax.Array  # int32: the sub-goal the reply's CLARIFY/feedback refers to
     active: jax.Array  # int32: JOURNEY active sub-goal after this reply (0 otherwise)
     switch_intro: jax.Array  # bool: SWITCH introduces a new sub-goal (else resumes)
-    ret_issue: jax.Array  # bool [N_RET_ISSUES], RETURN CORRECT issues (ReturnIssue)
-    ret_confirm: jax.Array  # bool, RETURN CONFIRM
+    # a family's feedback hook (ecomjax.family.Feedback; RETURN's returns): the CORRECT's
+    # issue flags in the family's ``issues`` order (RETURN: ReturnIssue), its CONFIRM
+    feedback_issues: jax.Array  # bool [MAX_FEEDBACK_ISSUES]
+    feedback_confirm: jax.Array  # bool
     intro_env: jax.Array  # int32: env of the sub-goal this INFORM / SWITCH opens, else -1
     n_subgoals: jax.Array  # int32: JOURNEY opening "I have {L} things", else 0
 
@@ -475,8 +477,8 @@ def empty_user_act() -> UserAct:
         subgoal=I32(0),
         active=I32(0),
         switch_intro=jnp.bool_(False),
-        ret_issue=_full(C.N_RET_ISSUES, False, bool),
-        ret_confirm=jnp.bool_(False),
+        feedback_issues=_full(C.MAX_FEEDBACK_ISSUES, False, bool),
+        feedback_confirm=jnp.bool_(False),
         intro_env=I32(-1),
         n_subgoals=I32(0),
     )
@@ -596,9 +598,9 @@ class Dialogue:
     active: jax.Array  # int32, the active sub-goal
     # Latest non-null answer per sub-goal (JOURNEY scores each one's latest).
     sub_answers: AnswerFields  # leading axis MAX_SUBGOALS
-    # RETURN feedback memory: returns already confirmed, previous CORRECT's issues.
-    ret_confirmed: jax.Array  # bool [MAX_RETURNS]
-    last_ret_issue: jax.Array  # bool [N_RET_ISSUES]
+    # Feedback-hook memory (RETURN: returns already confirmed), previous CORRECT's issues.
+    feedback_confirmed: jax.Array  # bool [MAX_CONFIRMED]
+    last_feedback_issues: jax.Array  # bool [MAX_FEEDBACK_ISSUES]
     answer: Answer  # latest stored answer
     has_answer: jax.Array  # bool
     turn: jax.Array  # int32, T

@@ -1,7 +1,8 @@
 """The ninth family of ``tests/test_ninth_family.py`` (LATEST_ORDER, defined there through
 its descriptor alone) through the text bridge: the system message states its task and
 answer schema, the customer opens with its line, the oracle's turns rendered as text and
-parsed back solve it, and the HTTP server serves it by name."""
+parsed back solve it, its customer hook's CONFIRM / CORRECT read in its own words, and the
+HTTP server serves it by name."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ecomjax.llm_bridge import server as SV
 from ecomjax.llm_bridge import session as SS
 from ecomjax.llm_bridge.parse import format_turn
 from ecomjax.llm_bridge.render import action_to_turn
-from tests.test_ninth_family import FAMILY
+from tests.test_ninth_family import FAMILY, lookup
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -56,6 +57,25 @@ def test_a_text_episode(text):
     assert last["done"] and last["reward_breakdown"]["r_task"] == 1.0
     assert last["reward_breakdown"]["is_correct"] is True
     assert last["reward_breakdown"]["details"] == {"r_oid": 1.0, "r_stat": 1.0}
+
+
+def test_the_customers_feedback_in_its_words(text):
+    """The hook's CORRECT and CONFIRM are worded by the descriptor's issue_text and
+    confirm_text, and the act trace names the issue."""
+    s = SS.Session(text, compiler_options=SS.FAST_COMPILE, noise=False)
+    s.reset("LATEST_ORDER", 9, 3)
+    last = int(s.state.problem.n_orders) - 1
+    assert last >= 1
+    cases = (
+        (last - 1, FAMILY.issue_text[0], {"feedback_issues": ["wrong_order"]}),
+        (last, FAMILY.confirm_text, {"feedback_confirm": True}),
+    )
+    for order, words, record in cases:
+        turn = action_to_turn(lookup(text.catalog, order), s.codec, text.lexicon)
+        out = s.step(format_turn("json", *turn), "json")
+        assert not out["done"]
+        assert words in out["messages"][-1]["content"], out["messages"][-1]
+        assert record.items() <= s.user_acts[-1].items(), s.user_acts[-1]
 
 
 def test_one_server_episode(text):

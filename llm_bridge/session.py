@@ -202,12 +202,14 @@ def act_record(act: Any, ep: templates.EpisodeText) -> dict:
     ]
     if extras:
         out["extras"] = extras
-    if a.ret_issue.any():
-        out["return_issues"] = [C.ReturnIssue(k).name.lower() for k in np.flatnonzero(a.ret_issue)]
+    if a.feedback_issues.any():
+        fam, _ = ep.feedback_row()
+        flagged = np.flatnonzero(a.feedback_issues)
+        out["feedback_issues"] = [fam.issues[k] if k < len(fam.issues) else int(k) for k in flagged]
     if bool(a.cart_confirm):
         out["cart_confirm"] = True
-    if bool(a.ret_confirm):
-        out["return_confirm"] = True
+    if bool(a.feedback_confirm):
+        out["feedback_confirm"] = True
     cats = [lex.category(c) for c in a.cats if int(c) >= 0]
     if cats:
         out["categories"] = cats

@@ -278,7 +278,7 @@ def act_envs(run: Played) -> set[tuple[str, str]]:
             elif k == ACT.CLARIFY:
                 env = s.episode.row_env(int(a.subgoal))
             elif k in (ACT.CONFIRM, ACT.CORRECT):
-                env = E.RETURN if (a.ret_confirm or a.ret_issue.any()) else E.CART
+                env = E.RETURN if (a.feedback_confirm or a.feedback_issues.any()) else E.CART
             elif k == ACT.INFORM_UPDATE:
                 env = E.CART
             else:

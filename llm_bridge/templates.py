@@ -37,6 +37,7 @@ from ecomjax.catalog.types import Catalog, CatalogTables
 from ecomjax.catalog.vocabulary import VOCAB
 from ecomjax.constraints import CONSTRAINT_SLOTS, SLOT_ATTR
 from ecomjax.envs.bundle.generator import PROJECTS
+from ecomjax.family import Family
 from ecomjax.llm_bridge.noise import PROTECT, QUIET, VALUE, strip_markers
 from ecomjax.order_history import METHOD_NAMES, REASON_NAMES
 from ecomjax.registry import by_env, next_env
@@ -206,6 +207,19 @@ class EpisodeText:
         if 0 <= row < len(self.sub_envs) and self.sub_envs[row] >= 0:
             return int(self.sub_envs[row])
         raise MissingSlot(f"JOURNEY sub-goal {row} has no family")
+
+    def feedback_row(self) -> tuple[Family, int]:
+        """The family whose ``feedback`` hook gave the act's CONFIRM / CORRECT flags and its
+        sub-goal row (the engine's rule: the episode's family, or JOURNEY's sub-goal with a
+        hook)."""
+        if self.env != E.JOURNEY:
+            rows = [(0, int(self.env))] if 0 <= self.env < next_env() else []
+        else:
+            rows = [(r, int(e)) for r, e in enumerate(self.sub_envs) if 0 <= e < next_env()]
+        for row, env in rows:
+            if by_env(env).feedback is not None:
+                return by_env(env), row
+        raise MissingSlot(f"feedback flags in env {self.env}, whose families give none")
 
 
 @dataclass(frozen=True)
@@ -634,8 +648,13 @@ class _Reply:
             out.append(
                 self.pick("Yes, my cart is exactly right now.", "Perfect, that's exactly my cart.")
             )
-        if a.ret_confirm:
-            out.append("Yes, that return is exactly what I wanted.")
+        if a.feedback_confirm:
+            fam, _ = self.ep.feedback_row()
+            out.append(
+                "Yes, that return is exactly what I wanted."
+                if fam.env == E.RETURN
+                else self._own_wording(fam, fam.confirm_text, "confirm_text")
+            )
         if not out:
             raise MissingSlot("a CONFIRM that confirms nothing")
         return " ".join(out)
@@ -668,46 +687,54 @@ class _Reply:
                 if int(kind) == 1
                 else f"The {desc} isn't one of my items."
             )
-        out.extend(self.return_issues())
+        out.extend(self.feedback_issues())
         if not out:
             raise MissingSlot("a CORRECT without issues")
         return " ".join(out)
 
-    def return_issues(self) -> list[str]:
+    def feedback_issues(self) -> list[str]:
         a = self.a
-        if not a.ret_issue.any():
+        if not a.feedback_issues.any():
             return []
-        row = self._return_row()
+        fam, row = self.ep.feedback_row()
+        if fam.env == E.RETURN:
+            return self.return_issues(row)
+        flagged = np.flatnonzero(a.feedback_issues)
+        if flagged[-1] >= len(fam.issue_text):
+            raise MissingSlot(f"{fam.name} issue {flagged[-1]} has no issue_text")
+        return [self._own_wording(fam, fam.issue_text[k], "issue_text") for k in flagged]
+
+    @staticmethod
+    def _own_wording(fam: Family, text: str, what: str) -> str:
+        """A registered family's own line (its descriptor), as ``opening`` is."""
+        if not text:
+            raise MissingSlot(f"{fam.name} gives feedback but no {what}")
+        return text
+
+    def return_issues(self, row: int) -> list[str]:
+        a = self.a
         out = []
-        if a.ret_issue[RI.WRONG_LINE]:
+        if a.feedback_issues[RI.WRONG_LINE]:
             out.append("That's not the item I wanted to return.")
-        if a.ret_issue[RI.WRONG_REASON]:
+        if a.feedback_issues[RI.WRONG_REASON]:
             out.append(f"That's the wrong reason — I'm returning it because {self.reason(row)}.")
-        if a.ret_issue[RI.WRONG_METHOD]:
+        if a.feedback_issues[RI.WRONG_METHOD]:
             out.append(f"I wanted to return it {self.method(row)}.")
-        if a.ret_issue[RI.REPLACEMENT_CONSTRAINT]:
+        if a.feedback_issues[RI.REPLACEMENT_CONSTRAINT]:
             cons = self.constraints(row)
             if not cons:
                 raise MissingSlot("replacement_constraint without the violated constraint")
             out.append(f"The replacement doesn't fit — I want one {join_phrases(cons)}.")
-        if a.ret_issue[RI.REPLACEMENT_UNWANTED]:
+        if a.feedback_issues[RI.REPLACEMENT_UNWANTED]:
             self.value(row, S.REPLACEMENT)
             out.append(f"{self.val('I do not need a replacement')}.")
-        if a.ret_issue[RI.REPLACEMENT_MISSING]:
+        if a.feedback_issues[RI.REPLACEMENT_MISSING]:
             self.value(row, S.REPLACEMENT)
             if self.stated(row, S.CATEGORY):
                 out.append(f"I wanted a different {self.category(row)} as a replacement.")
             else:
                 out.append("I wanted a replacement.")
         return out
-
-    def _return_row(self) -> int:
-        if self.ep.env != E.JOURNEY:
-            return 0
-        rows = [r for r, e in enumerate(self.ep.sub_envs) if e == E.RETURN]
-        if not rows:
-            raise MissingSlot("a RETURN issue in a JOURNEY without a RETURN sub-goal")
-        return rows[0]
 
     # -- SWITCH / the catch-all -----------------------------------------------------------
 

@@ -390,11 +390,12 @@ def test_reply_acts_come_in_spec_order(lex):
         a.item_desc_form[i], a.item_desc_key[i] = form, int(lex.catalog.desc_key[7, form - 1])
     a.item_update[0], a.item_qty[0] = True, 0
     a.item_issue[1], a.item_qty[1] = CI.QTY_HIGH, 2
-    a.ret_confirm = True
+    a.feedback_confirm = True
     for k in (ACT.INFORM_UPDATE, ACT.CLARIFY, ACT.CONFIRM, ACT.CORRECT, ACT.DONE):
         a.acts[k] = True
     a.slot_status[S.BUDGET] = CS.NOT_UNDERSTOOD
-    text = render(a, templates.EpisodeText(lex, E.CART), rng(0)).text
+    # a CART item feedback and a RETURN confirm in one reply: a JOURNEY holding both
+    text = render(a, templates.EpisodeText(lex, E.JOURNEY, (E.CART, E.RETURN)), rng(0)).text
     marks = ["just sold out", "not sure what you mean", "that return is exactly", "I only need"]
     pos = [text.find(m) for m in marks]
     assert -1 not in pos and pos == sorted(pos), text
@@ -417,11 +418,11 @@ def test_return_confirm_and_correct(lex, data, journey):
     issues = data.draw(st.lists(st.sampled_from(list(RI)), min_size=0, max_size=3, unique=True))
     if not issues:
         a.acts[ACT.CONFIRM] = True
-        a.ret_confirm = True
+        a.feedback_confirm = True
     else:
         a.acts[ACT.CORRECT] = True
     for k in issues:
-        a.ret_issue[k] = True
+        a.feedback_issues[k] = True
         if k == RI.WRONG_REASON:
             state(a, row, S.REASON, data.draw(st.integers(0, 7)))
         elif k == RI.WRONG_METHOD:

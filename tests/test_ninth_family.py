@@ -6,7 +6,8 @@ Its text-bridge half (system message, opening, parse, one server episode) is
 sessions: docs/testing.md). docs/extending.md walks through it.
 
 LATEST_ORDER: "What is the status of my most recent order?" The agent lists the orders and
-answers with the latest one's id and status."""
+answers with the latest one's id and status. Its customer hook corrects a lookup of another
+order and confirms one of the latest."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from ecomjax import registry
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.catalog.synthetic import generate_catalog
 from ecomjax.catalog.types import Catalog
-from ecomjax.family import Family
+from ecomjax.family import Family, Feedback
 from ecomjax.rollout import run_plan_jit
 from ecomjax.runner import RunConfig
 from ecomjax.runner import run as run_rounds
@@ -114,6 +115,33 @@ def known_status(main: AnswerFields) -> jax.Array:
     return (main.status >= 0) & (main.status < O.N_STATUSES)
 
 
+def feedback(
+    catalog: Catalog,
+    problem: Problem,
+    world_before: World,
+    world: World,
+    dlg: Dialogue,
+    action: Action,
+) -> Feedback:
+    """The customer hears which order the agent looks up: another one than the latest is a
+    CORRECT (issue 0, wrong_order); the latest, a CONFIRM the first time (its memory: flag
+    0 of ``confirmed``)."""
+    del catalog, world_before, world
+    looked = action.tool == T.ORDER_GET_STATUS
+    latest = problem.n_orders - 1
+    wrong = (looked & (action.order != latest)).any()
+    right = (looked & (action.order == latest)).any()
+    confirm = right & ~wrong & ~dlg.feedback_confirmed[0]
+    return Feedback(
+        confirm=confirm,
+        confirm_new=confirm,
+        correct=wrong,
+        issues=jnp.zeros(C.MAX_FEEDBACK_ISSUES, bool).at[0].set(wrong),
+        reveal=jnp.zeros(C.N_SLOTS, bool),
+        confirmed=dlg.feedback_confirmed.at[0].set(dlg.feedback_confirmed[0] | confirm),
+    )
+
+
 FAMILY = Family(
     env=LATEST,
     name="LATEST_ORDER",
@@ -130,6 +158,10 @@ FAMILY = Family(
     ),
     answer_ok=known_status,
     opening="What is the status of my most recent order?",
+    feedback=feedback,
+    issues=("wrong_order",),
+    issue_text=("That's not my most recent order.",),
+    confirm_text="Yes, that's my most recent order.",
 )
 
 
@@ -170,6 +202,14 @@ def test_registration_checks_the_descriptor():
         Family(env=LATEST + 1, **kw)
     with pytest.raises(ValueError, match="upper-case identifier"):
         Family(env=LATEST + 1, name="other one", **kw)
+    with pytest.raises(ValueError, match="host's wording"):
+        registry.register(
+            Family(env=LATEST + 1, name="OTHER", feedback=feedback, issues=("x",), **kw)
+        )
+    with pytest.raises(ValueError, match="without a feedback hook"):
+        Family(env=LATEST + 1, name="OTHER", issues=("x",), **kw)
+    with pytest.raises(ValueError, match="at most 6 feedback issues"):
+        Family(env=LATEST + 1, name="OTHER", feedback=feedback, issues=("x",) * 7, **kw)
     with pytest.raises(ValueError, match="built-in"):
         registry.unregister("CART")
     assert registry.next_env() == LATEST + 1  # nothing half-registered
@@ -301,6 +341,44 @@ def test_the_customer_reads_the_descriptors_slots(catalog, episode):
         status[slot] = int(ts.observation.reply.slot_status[slot])
     CS = C.ClarifyStatus
     assert status == {C.Slot.ORDER_REFERENCE: CS.NO_PREFERENCE, C.Slot.QUANTITY: CS.NOT_UNDERSTOOD}
+
+
+def lookup(catalog: Catalog, order: int) -> Action:
+    """A turn that tells the customer it looks up ``order``'s status."""
+    a = empty_action(catalog.embed_dim)
+    return a.replace(
+        has_message=jnp.bool_(True),
+        tool=a.tool.at[0].set(T.ORDER_GET_STATUS),
+        order=a.order.at[0].set(order),
+    )
+
+
+def test_the_customer_speaks_through_the_feedback_hook(catalog, episode):
+    """The descriptor's hook drives the shared customer (SPEC §10.2, §10.3): looking up
+    another order is a CORRECT naming its issue, and the same CORRECT again raises the
+    frustration until the customer quits on the fourth; the latest order is confirmed
+    once (user-caused), then acknowledged."""
+    state, step = episode
+    params = EnvParams()
+    last = int(state.problem.n_orders) - 1
+    s = state
+    for turn in range(4):
+        s, ts = step(catalog, s, lookup(catalog, last - 1), params)
+        acts = np.asarray(ts.observation.reply.acts)
+        if turn < 3:
+            assert acts[C.Act.CORRECT] and not acts[C.Act.ACK] and not bool(ts.terminated)
+            assert np.asarray(ts.observation.reply.feedback_issues).tolist() == [1, 0, 0, 0, 0, 0]
+            assert int(s.dialogue.frustration) == turn
+        else:
+            assert acts[C.Act.QUIT] and bool(ts.terminated)
+    s = state
+    for turn in range(2):
+        s, ts = step(catalog, s, lookup(catalog, last), params)
+        reply = ts.observation.reply
+        acts = np.asarray(reply.acts)
+        assert bool(acts[C.Act.CONFIRM]) == bool(reply.feedback_confirm) == (turn == 0)
+        assert bool(acts[C.Act.ACK]) == (turn == 1) and not acts[C.Act.CORRECT]
+        assert bool(reply.user_caused) == (turn == 0)
 
 
 def test_the_curriculum_of_a_run(catalog):

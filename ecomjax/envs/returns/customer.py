@@ -5,39 +5,33 @@ stand after the turn.
 - CONFIRM: the turn created the active return on the target line, with the user's
   reason, a method that fits the preference and the wanted replacement (an exchange to
   another product satisfying C_rep, or no exchange when none is wanted), and no other
-  line has an active return. Each return is confirmed once (``ret_confirmed``).
+  line has an active return. Each return is confirmed once (``feedback_confirmed``).
 - CORRECT: the turn created a return and the returns now have issues (ReturnIssue, in
   listing order): wrong_line (an active return on another line) · wrong_reason (reveals
   the reason) · wrong_method (reveals the method) · replacement_constraint (reveals the
   violated C_rep constraints) · replacement_unwanted (reveals the wish: no replacement) ·
   replacement_missing (no exchange, or one to the same product: reveals the wish and its
   category). Reason, method and replacement issues concern the target line's return.
+
+This is RETURN's ``Family.feedback`` hook; the customer composes it like any family's.
 """
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
-from flax import struct
 
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import ATTR_SLOT, constraint_holds
 from ecomjax.envs.returns.verifier import REP, target_return
-from ecomjax.types import Dialogue, Problem, World
+from ecomjax.family import Feedback
+from ecomjax.types import Action, Dialogue, Problem, World
 
 RI = C.ReturnIssue
 S = C.Slot
 
 
-@struct.dataclass
-class ReturnFeedback:
-    confirm: jax.Array  # bool
-    confirm_new: jax.Array  # bool, user-caused (a return not confirmed before)
-    correct: jax.Array  # bool
-    issues: jax.Array  # bool [N_RET_ISSUES]
-    reveal: jax.Array  # bool [N_SLOTS], slots whose values the CORRECT states
-    ret_confirmed: jax.Array  # bool [MAX_RETURNS], updated memory
+ISSUES = tuple(k.name.lower() for k in RI)
 
 
 def return_feedback(
@@ -46,10 +40,10 @@ def return_feedback(
     world_before: World,
     world: World,
     dlg: Dialogue,
-    scratch=None,
-) -> ReturnFeedback:
+    action: Action | None = None,
+) -> Feedback:
     """The RETURN CONFIRM / CORRECT of one turn (world before and after its calls)."""
-    del scratch
+    del action
     created = world.n_returns > world_before.n_returns
     active, on, r = target_return(problem, world)
     on_target = on.any()
@@ -77,7 +71,7 @@ def return_feedback(
 
     correct = created & issues.any()
     fresh = r >= world_before.n_returns
-    confirm = created & ~issues.any() & on_target & fresh & ~dlg.ret_confirmed[r]
+    confirm = created & ~issues.any() & on_target & fresh & ~dlg.feedback_confirmed[r]
 
     reveal = jnp.zeros(C.N_SLOTS, bool)
     reveal = reveal.at[S.REASON].set(issues[RI.WRONG_REASON])
@@ -89,11 +83,13 @@ def return_feedback(
     wish = issues[RI.REPLACEMENT_UNWANTED] | issues[RI.REPLACEMENT_MISSING]
     reveal = reveal.at[S.REPLACEMENT].set(reveal[S.REPLACEMENT] | wish)
     reveal = reveal.at[S.CATEGORY].set(reveal[S.CATEGORY] | issues[RI.REPLACEMENT_MISSING])
-    return ReturnFeedback(
+    return Feedback(
         confirm=confirm,
         confirm_new=confirm,
         correct=correct,
         issues=issues,
         reveal=reveal & correct,
-        ret_confirmed=jnp.where(confirm, dlg.ret_confirmed.at[r].set(True), dlg.ret_confirmed),
+        confirmed=jnp.where(
+            confirm, dlg.feedback_confirmed.at[r].set(True), dlg.feedback_confirmed
+        ),
     )

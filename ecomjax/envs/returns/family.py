@@ -1,7 +1,7 @@
 """The RETURN family's descriptor (see ``ecomjax.family``)."""
 
 from ecomjax.constants import Env
-from ecomjax.envs.returns import generator, oracle, verifier
+from ecomjax.envs.returns import customer, generator, oracle, verifier
 from ecomjax.family import Family
 
 FAMILY = Family(
@@ -21,4 +21,6 @@ FAMILY = Family(
         ("selected_order_id", "The order of the line."),
         ("selected_line_id", "The line to return."),
     ),
+    feedback=customer.return_feedback,
+    issues=customer.ISSUES,
 )

@@ -545,7 +545,7 @@ def test_return_feedback_confirm_and_correct(catalog, replace_problem):
 
     right = fb([(o, j, rs, m, wit, True)])
     assert bool(right.confirm) and bool(right.confirm_new) and not bool(right.correct)
-    assert bool(right.ret_confirmed[0])
+    assert bool(right.confirmed[0])
     # Nothing created this turn: no feedback.
     quiet = fb([], prior=[(o, j, rs, m, wit, True)])
     assert not bool(quiet.confirm) and not bool(quiet.correct)
@@ -581,7 +581,7 @@ def test_customer_replies_through_step(catalog, replace_problem):
     )
     state, ts = stp(catalog, state, bad, PARAMS)
     r = ts.observation.reply
-    assert bool(r.acts[C.Act.CORRECT]) and bool(r.ret_issue[RI.WRONG_REASON])
+    assert bool(r.acts[C.Act.CORRECT]) and bool(r.feedback_issues[RI.WRONG_REASON])
     assert bool(r.slot_stated[0, S.REASON]) and int(r.slot_value[0, S.REASON]) == rs
     fix = make_action(
         [
@@ -591,7 +591,7 @@ def test_customer_replies_through_step(catalog, replace_problem):
     )
     state, ts = stp(catalog, state, fix, PARAMS)
     r = ts.observation.reply
-    assert bool(r.acts[C.Act.CONFIRM]) and bool(r.ret_confirm) and bool(r.user_caused)
+    assert bool(r.acts[C.Act.CONFIRM]) and bool(r.feedback_confirm) and bool(r.user_caused)
     state, ts = stp(catalog, state, make_action(answer_env=C.Env.RETURN), PARAMS)
     assert int(state.dialogue.termination) == TM.AGENT_DONE
 
