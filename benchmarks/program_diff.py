@@ -6,7 +6,9 @@ compares the StableHLO texts with debug info off and SSA names numbered away.
 
 Equal texts mean XLA compiles the same program, so throughput and compile time cannot
 differ: for a refactor that is a stronger statement than a timed A/B on a noisy machine
-(and costs two traces, not two compiles). Otherwise it prints the differing lines. Rows
+(and costs two traces, not two compiles). Texts that differ only in the outputs' pytree
+names (``jax.result_info``: a renamed state field) are the same computation
+(``same_up_to_names``). Otherwise it prints the differing lines. Rows
 (one per side: commit, bytes, sha256 of the normalised text) go to
 ``results/program_diff.jsonl``. REV is checked out into a temporary git worktree and
 imported from there (PYTHONPATH), as ``ab_throughput.sh`` does.
@@ -29,6 +31,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUT = HERE / "results" / "program_diff.jsonl"
 SSA = re.compile(r"%[\w]+(#\d+)?")
+# the pytree paths of the outputs: a renamed state field changes them and nothing else
+NAMES = re.compile(r'jax\.(result|arg)_info = "[^"]*"')
 
 
 def emit(tasks: str, n: int, path: Path) -> dict:
@@ -99,15 +103,22 @@ def main() -> int:
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)])
     same = old["sha256"] == new["sha256"]
+    same_ops = NAMES.sub("", "\n".join(a)) == NAMES.sub("", "\n".join(b))
     diff = list(difflib.unified_diff(a, b, old["commit"], new["commit"], lineterm="", n=0))
     changed = sum(1 for x in diff if x[:1] in "+-" and x[:3] not in ("+++", "---"))
     sys.path.insert(0, str(HERE))
     from rows_io import append_rows
 
-    verdict = {"same_program": same, "changed_lines": changed, "against": old["commit"]}
+    verdict = {
+        "same_program": same,
+        "same_up_to_names": same_ops,
+        "changed_lines": changed,
+        "against": old["commit"],
+    }
     append_rows(OUT, [old | {"side": "old"}, new | {"side": "new"} | verdict])
     print(f"{args.tasks}, {args.n} episodes a task: {old['commit']} {old['lines']} lines, "
           f"{new['commit']} {new['lines']} lines: " + ("the same program" if same else
+          "the same program but for output names" if same_ops else
           f"{changed} lines differ"))  # fmt: skip
     for line in diff[:200]:
         print(line[:200])
