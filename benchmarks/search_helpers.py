@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ecomjax.catalog.synthetic import generate_catalog
-from ecomjax.compact import compact, first_true, smallest
+from ecomjax.compact import smallest
 from ecomjax.tools import search as S
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -36,44 +36,40 @@ OUT = Path(__file__).parent / "results" / "search_helpers.jsonl"
 R, TRIES = S.R, S.TRIES
 
 
+def argsort_select(prio, n_dist, max_dist):
+    """The n_dist lowest priorities by a double argsort (what ``compact.smallest`` replaced)."""
+    del max_dist
+    return jnp.argsort(jnp.argsort(prio)) < n_dist
+
+
+def compare_all(true_ids, is_true, cand):
+    """Membership by comparing every pair (what sort + binary search replaced)."""
+    return (cand[..., None] == jnp.where(is_true, true_ids, -1)).any(-1)
+
+
+def searchsorted_member(method: str):
+    """Membership by sort + ``jnp.searchsorted(method=...)``."""
+
+    def member(true_ids, is_true, cand):
+        ts = jnp.sort(jnp.where(is_true, true_ids, jnp.iinfo(jnp.int32).max))
+        at = jnp.clip(jnp.searchsorted(ts, cand, method=method), 0, R - 1)
+        return ts[at] == cand
+
+    return member
+
+
 def mix(key, catalog, true_ids, n_true, n_dist, max_dist, select: str, member: str):
     """``_mix_distractors`` with a choice of distractor-slot selection and membership."""
-    slots = jnp.arange(R)
-    total = n_true + n_dist
-    prio = jax.random.uniform(jax.random.fold_in(key, 0), (R,))
-    prio = jnp.where(slots < total, prio, 2.0)
-    if select == "argsort":
-        is_dist = (jnp.argsort(jnp.argsort(prio)) < n_dist) & (slots < total)
-    else:
-        is_dist = smallest(prio, n_dist, max_dist) & (slots < total)
-    live = ~is_dist & (slots < total)
-    t_before = jnp.cumsum(live) - live
-    dslot = first_true(is_dist, max_dist)
-    ds = jnp.maximum(dslot, 0)
-    nxt = jnp.where(t_before[ds] < n_true, t_before[ds], n_true - 1)
-    cat = catalog.category[jnp.maximum(true_ids[jnp.maximum(nxt, 0)], 0)].astype(jnp.int32)
-    lo = jnp.where(n_true > 0, catalog.cat_offsets[cat], 0)
-    hi = jnp.where(n_true > 0, catalog.cat_offsets[cat + 1], catalog.n_products)
-    u = jax.vmap(lambda s: jax.random.uniform(jax.random.fold_in(key, s + 1), (TRIES,)))(ds)
-    pos = lo[:, None] + jnp.floor(u * (hi - lo)[:, None]).astype(jnp.int32)
-    pos = jnp.minimum(pos, jnp.maximum(hi - 1, lo)[:, None])
-    cand = jnp.where(n_true > 0, catalog.cat_order[pos], pos)
-    if member == "compare_all":
-        hit = (cand[..., None] == jnp.where(slots < n_true, true_ids, -1)).any(-1)
-    else:
-        ts = jnp.sort(jnp.where(slots < n_true, true_ids, jnp.iinfo(jnp.int32).max))
-        at = jnp.clip(jnp.searchsorted(ts, cand, method=member), 0, R - 1)
-        hit = ts[at] == cand
-    ok = ~hit & (hi > lo)[:, None]
-    rows = jnp.arange(max_dist)
-    pick = jnp.where(ok.any(-1) & (dslot >= 0), cand[rows, jnp.argmax(ok, -1)], -1)
-    earlier = (pick[None, :] == pick[:, None]) & (rows[None, :] < rows[:, None]) & (pick >= 0)
-    pick = jnp.where(earlier.any(-1), -1, pick)
-    pick = jnp.full(R, -1, jnp.int32).at[jnp.where(dslot >= 0, dslot, R)].set(pick, mode="drop")
-    out = jnp.where(
-        is_dist, pick, jnp.where(slots < total, true_ids[jnp.clip(t_before, 0, R - 1)], -1)
+    return S._mix_distractors(
+        key,
+        catalog,
+        true_ids,
+        n_true,
+        n_dist,
+        max_dist,
+        select=argsort_select if select == "argsort" else smallest,
+        member=compare_all if member == "compare_all" else searchsorted_member(member),
     )
-    return compact(out, out >= 0, R)
 
 
 def timed(fn, args, repeats: int, inner: int) -> float:

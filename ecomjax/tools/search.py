@@ -14,6 +14,7 @@ that is not a true result).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -154,6 +155,12 @@ def max_distractors(params: EnvParams) -> int:
         return int(min(max(int(n_distractors(diff, diff.top_k).max()), 1), R))
 
 
+def _true_member(true_ids: jax.Array, is_true: jax.Array, cand: jax.Array) -> jax.Array:
+    """bool, cand's shape: the candidate is one of the true results (sort + binary search)."""
+    true_sorted = jnp.sort(jnp.where(is_true, true_ids, jnp.iinfo(jnp.int32).max))
+    return in_sorted(true_sorted, cand)
+
+
 def _mix_distractors(
     key: jax.Array,
     catalog: Catalog,
@@ -161,14 +168,19 @@ def _mix_distractors(
     n_true: jax.Array,
     n_dist: jax.Array,
     max_dist: int = R,
+    *,
+    select: Callable[[jax.Array, jax.Array, int], jax.Array] = smallest,
+    member: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] = _true_member,
 ) -> jax.Array:
     """Interleave n_dist keyed distractors at distinct positions among n_true + n_dist.
-    ``max_dist`` (static) bounds n_dist (``max_distractors``)."""
+    ``max_dist`` (static) bounds n_dist (``max_distractors``). ``select`` (the n_dist
+    lowest slot priorities) and ``member`` (candidate among the true results) are
+    parameters so that ``benchmarks/search_helpers.py`` times what they replaced here."""
     slots = jnp.arange(R)
     total = n_true + n_dist
     prio = jax.random.uniform(jax.random.fold_in(key, 0), (R,))
     prio = jnp.where(slots < total, prio, 2.0)
-    is_dist = smallest(prio, n_dist, max_dist) & (slots < total)
+    is_dist = select(prio, n_dist, max_dist) & (slots < total)
     t_before = jnp.cumsum(~is_dist & (slots < total)) - (~is_dist & (slots < total))
     # Category of the next true item to emit, else the last emitted; whole catalog if none.
     # Draws only for the distractor slots (at most ``max_dist``, in slot order): the
@@ -183,8 +195,7 @@ def _mix_distractors(
     pos = lo[:, None] + jnp.floor(u * (hi - lo)[:, None]).astype(jnp.int32)
     pos = jnp.minimum(pos, jnp.maximum(hi - 1, lo)[:, None])
     cand = jnp.where(n_true > 0, catalog.cat_order[pos], pos)
-    true_sorted = jnp.sort(jnp.where(slots < n_true, true_ids, jnp.iinfo(jnp.int32).max))
-    hit = in_sorted(true_sorted, cand)
+    hit = member(true_ids, slots < n_true, cand)
     ok = ~hit & (hi > lo)[:, None]
     rows = jnp.arange(max_dist)
     pick = jnp.where(ok.any(-1) & (dslot >= 0), cand[rows, jnp.argmax(ok, -1)], -1)
