@@ -2,7 +2,7 @@
 (``rollout.run_plan_jit``, the oracle agent) at a past commit and in the working tree, and
 compares the StableHLO texts with debug info off and SSA names numbered away.
 
-    python benchmarks/program_diff.py REV [--tasks C8] [--n 4]
+    python benchmarks/program_diff.py REV [--new REV2] [--tasks C8] [--n 4]
 
 Equal texts mean XLA compiles the same program, so throughput and compile time cannot
 differ: for a refactor that is a stronger statement than a timed A/B on a noisy machine
@@ -10,8 +10,9 @@ differ: for a refactor that is a stronger statement than a timed A/B on a noisy 
 names (``jax.result_info``: a renamed state field) are the same computation
 (``same_up_to_names``). Otherwise it prints the differing lines. Rows
 (one per side: commit, bytes, sha256 of the normalised text) go to
-``results/program_diff.jsonl``. REV is checked out into a temporary git worktree and
-imported from there (PYTHONPATH), as ``ab_throughput.sh`` does.
+``results/program_diff.jsonl``. REV (and REV2, when given, for the new side) is checked
+out into a temporary git worktree and imported from there (PYTHONPATH), as
+``ab_throughput.sh`` does.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def side(tree: Path, args: argparse.Namespace, path: Path) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("rev", nargs="?", help="the commit to compare against")
+    ap.add_argument("--new", help="a commit for the new side (default: the working tree)")
     ap.add_argument("--tasks", default="C8")
     ap.add_argument("--n", type=int, default=4, help="episodes per task in the plan")
     ap.add_argument("--emit", type=Path, help=argparse.SUPPRESS)
@@ -89,19 +91,29 @@ def main() -> int:
     if not args.rev:
         ap.error("give the commit to compare against")
     with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree),
-                        args.rev], check=True)  # fmt: skip
+        trees = []
         try:
-            for part in ("llm_bridge", "train"):  # setup.py's mapping (ab_throughput.sh)
-                if (tree / part).is_dir() and not (tree / "ecomjax" / part).exists():
-                    (tree / "ecomjax" / part).symlink_to(Path("..") / part)
-            old = side(tree, args, Path(tmp) / "old.txt")
-            new = side(ROOT, args, Path(tmp) / "new.txt")
+            for name, rev in (("old", args.rev), ("new", args.new)):
+                if rev is None:  # the working tree
+                    trees.append(ROOT)
+                    continue
+                tree = Path(tmp) / name
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach",
+                                str(tree), rev], check=True)  # fmt: skip
+                trees.append(tree)
+                # setup.py's mapping (ab_throughput.sh); kernels/ moved in on 2026-12-03
+                for part in ("kernels", "llm_bridge", "train"):
+                    if (tree / part).is_dir() and not (tree / "ecomjax" / part).exists():
+                        (tree / "ecomjax" / part).symlink_to(Path("..") / part)
+            old = side(trees[0], args, Path(tmp) / "old.txt")
+            new = side(trees[1], args, Path(tmp) / "new.txt")
             a = (Path(tmp) / "old.txt").read_text().splitlines()
             b = (Path(tmp) / "new.txt").read_text().splitlines()
         finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)])
+            for tree in trees:
+                if tree != ROOT:
+                    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                                    str(tree)])  # fmt: skip
     same = old["sha256"] == new["sha256"]
     same_ops = NAMES.sub("", "\n".join(a)) == NAMES.sub("", "\n".join(b))
     diff = list(difflib.unified_diff(a, b, old["commit"], new["commit"], lineterm="", n=0))
