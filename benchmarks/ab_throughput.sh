@@ -10,6 +10,8 @@
 # per spec with families.py at N = 1000 (rows to ab_families.jsonl).
 #
 # REV is checked out into a temporary git worktree and imported from there (PYTHONPATH);
+# AB_NEW=REV2 takes the new side from a second worktree instead of this checkout (an A/B
+# of two past commits, e.g. one commit against its parent);
 # both sides run with this checkout's virtual environment. Rows go to
 # benchmarks/results/ab_throughput.jsonl, each labelled with its side's commit.
 set -euo pipefail
@@ -22,19 +24,32 @@ py="$root/.venv/bin/python"
 out="$root/benchmarks/results/ab_throughput.jsonl"
 [ -n "$tasks" ] && out="$root/benchmarks/results/ab_families.jsonl"
 tree=$(mktemp -d)
-trap 'git -C "$root" worktree remove --force "$tree" >/dev/null 2>&1 || true' EXIT
+tree2=$(mktemp -d)
+trap 'git -C "$root" worktree remove --force "$tree" >/dev/null 2>&1 || true;
+      git -C "$root" worktree remove --force "$tree2" >/dev/null 2>&1 || true' EXIT
 git -C "$root" worktree add -q --detach "$tree" "$rev"
+newdir=$root
+if [ -n "${AB_NEW:-}" ]; then
+  git -C "$root" worktree add -q --detach "$tree2" "$AB_NEW"
+  newdir=$tree2
+fi
 # setup.py maps the top-level llm_bridge/ and train/ (and, in trees before 2026-12-03,
 # kernels/) into ecomjax.*; without these links the editable install's finder would serve
 # the old side this checkout's copies.
-for part in kernels llm_bridge train; do
-  [ -d "$tree/$part" ] && [ ! -e "$tree/ecomjax/$part" ] && ln -s "../$part" "$tree/ecomjax/$part"
+for dir in "$tree" "$tree2"; do
+  for part in kernels llm_bridge train; do
+    [ -d "$dir/$part" ] && [ ! -e "$dir/ecomjax/$part" ] && ln -s "../$part" "$dir/ecomjax/$part"
+  done
 done
 old=$(git -C "$tree" rev-parse --short HEAD)
-new="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- ecomjax kernels || echo +dirty)"
+if [ -n "${AB_NEW:-}" ]; then
+  new=$(git -C "$tree2" rev-parse --short HEAD)
+else
+  new="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- ecomjax kernels || echo +dirty)"
+fi
 for _ in $(seq "$rounds"); do
   for side in old new; do
-    if [ "$side" = old ]; then dir=$tree label=$old; else dir=$root label=$new; fi
+    if [ "$side" = old ]; then dir=$tree label=$old; else dir=$newdir label=$new; fi
     if [ -n "$tasks" ]; then
       (cd "$dir" && PYTHONPATH="$dir" "$py" "$root/benchmarks/families.py" --n 1000 \
         --batch "$batch" --repeats 3 --tasks "$tasks" --label "$label" --out "$out" \
