@@ -26,7 +26,8 @@ out="$root/benchmarks/results/ab_throughput.jsonl"
 tree=$(mktemp -d)
 tree2=$(mktemp -d)
 trap 'git -C "$root" worktree remove --force "$tree" >/dev/null 2>&1 || true;
-      git -C "$root" worktree remove --force "$tree2" >/dev/null 2>&1 || true' EXIT
+      git -C "$root" worktree remove --force "$tree2" >/dev/null 2>&1 || true;
+      rmdir "$tree2" 2>/dev/null || true' EXIT
 git -C "$root" worktree add -q --detach "$tree" "$rev"
 newdir=$root
 if [ -n "${AB_NEW:-}" ]; then
