@@ -188,6 +188,7 @@ def check_sharded_rollout(
 
 CHECKS = {
     "topk": "ecomjax.kernels.sharded:check_sharded_topk",
+    "pool": "ecomjax.kernels.sharded_pool:check_sharded_pool",
     "rollout": "ecomjax.sharding:check_sharded_rollout",
 }
 
@@ -198,7 +199,7 @@ def run_on_host_devices(
     timeout: float | None = 900,
     kwargs: dict | None = None,
 ) -> dict:
-    """Run a check (``"topk"``, ``"rollout"`` or ``"module:function"``) in a fresh
+    """Run a check (``"topk"``, ``"pool"``, ``"rollout"`` or ``"module:function"``) in a fresh
     interpreter on ``n_devices`` simulated CPU devices; returns its report dict.
 
     Why a subprocess: the device count is an XLA flag read once, when JAX initialises,

@@ -158,6 +158,17 @@ def test_row_sharded_retrieval_across_processes(n):
         assert report == {"devices": n, "n": 1003, "cases": 6, "identical": True}
 
 
+@pytest.mark.parametrize("n", [2, 4])
+def test_row_sharded_pools_across_processes(n):
+    """PD/SUB's evaluation pools over a catalog split by rows over n processes: every
+    episode's statistics (|pool|, extremes, top-k keys) equal one device's."""
+    runs = dist.launch_local(
+        [*CHECK, "ecomjax.kernels.sharded_pool:check_sharded_pool"], n, timeout=900
+    )
+    for report in _reports(runs):
+        assert report == {"devices": n, "n": 1003, "cases": 5, "identical": True}
+
+
 @pytest.mark.slow
 def test_every_episode_state_across_processes():
     """The whole final state of a mixed batch, gathered from 2 processes' slices, equals

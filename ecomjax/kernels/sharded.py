@@ -35,6 +35,7 @@ from ecomjax.kernels.topk import (
 
 __all__ = [
     "check_sharded_topk",
+    "local_rows",
     "merge_topk",
     "pad_rows",
     "shard_map_compat",
@@ -114,6 +115,16 @@ def shard_rows(rows: PyTree, mesh: Mesh, axis: str = "rows") -> tuple[PyTree, in
     return jax.tree_util.tree_map(place, rows), n
 
 
+def local_rows(rows: PyTree, n: int, mesh: Mesh, axis: str) -> int:
+    """Rows each device holds of ``rows`` split along ``axis``, which must be padded to a
+    multiple of the axis size (``pad_rows`` / ``shard_rows``) and hold the catalog's n."""
+    s = mesh.shape[axis]
+    n_all = int(jax.tree_util.tree_leaves(rows)[0].shape[0])
+    if n_all % s or n > n_all:
+        raise ValueError(f"rows ({n_all}) must be padded to a multiple of {s} and hold n={n}")
+    return n_all // s
+
+
 def sharded_masked_topk(
     score_fn: ScoreFn,
     rows: PyTree,
@@ -140,11 +151,7 @@ def sharded_masked_topk(
     """
     if k < 0:
         raise ValueError(f"need k >= 0, got {k}")
-    s = mesh.shape[axis]
-    n_all = int(jax.tree_util.tree_leaves(rows)[0].shape[0])
-    if n_all % s or n > n_all:
-        raise ValueError(f"rows ({n_all}) must be padded to a multiple of {s} and hold n={n}")
-    n_local = n_all // s
+    n_local = local_rows(rows, n, mesh, axis)
     kk = max(k, 1)
 
     def masked(q: PyTree, r: PyTree, idx: jax.Array) -> jax.Array:
