@@ -11,7 +11,11 @@ writing the gathered dot and each shape, and writes one row per case to
 
 - ``matvec``: each query's gathered rows times its vector (what a vmapped search gives);
 - ``pair_rows_first`` / ``pair_query_first``: the same with a zero partner query, so the
-  dot is a (batched) matrix product, in either operand order.
+  dot is a (batched) matrix product, in either operand order;
+
+and times the candidate that would make any order exact, unit vectors quantised to int16
+(2^14 scale) with int32 accumulation (below 2^28 by Cauchy-Schwarz), against the float32
+dot, for one full-scan chunk (median of 7 batches of 20 calls, one row each).
 
     python benchmarks/dot_bits.py
 """
@@ -19,12 +23,15 @@ writing the gathered dot and each shape, and writes one row per case to
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from ecomjax.catalog.synthetic import generate_catalog
 
@@ -47,6 +54,45 @@ def gathered(form: str):
         "pair_rows_first": lambda v, r: (r @ pair(v).T)[:, 0],
         "pair_query_first": lambda v, r: (pair(v) @ r.T)[0],
     }[form]
+
+
+def _ms(fn, *args) -> float:
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        for _ in range(20):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        times.append((time.perf_counter() - t0) / 20)
+    return statistics.median(times) * 1e3
+
+
+def int_dot_speed(chunk: int = 8192, dim: int = 384) -> list[dict]:
+    """float32 against int16 -> int32 dots of one chunk by the step's query vectors."""
+    rng = np.random.default_rng(0)
+    emb = rng.standard_normal((chunk, dim)).astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    q = rng.standard_normal((Q, dim)).astype(np.float32)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    dims = (((1,), (1,)), ((), ()))
+    f32 = jax.jit(
+        lambda v, e: lax.dot_general(
+            e, v, dims, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32
+        )
+    )
+    i16 = jax.jit(lambda v, e: lax.dot_general(e, v, dims, preferred_element_type=jnp.int32))
+    qi, ei = (jnp.asarray(np.round(x * 2**14).astype(np.int16)) for x in (q, emb))
+    peak = int(np.abs(np.asarray(i16(qi, ei))).max())
+    out = [
+        {"bench": "dot_speed", "dtype": "float32", "chunk": chunk, "dim": dim,
+         "ms": _ms(f32, jnp.asarray(q), jnp.asarray(emb))},
+        {"bench": "dot_speed", "dtype": "int16->int32", "chunk": chunk, "dim": dim,
+         "ms": _ms(i16, qi, ei), "peak_abs": peak},
+    ]  # fmt: skip
+    for r in out:
+        print(f"{r['dtype']:13s} dot of {Q} x {chunk} x {dim}: {r['ms']:.2f} ms")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                      "max_abs_diff": float(np.abs(got - want).max()), "dim": int(emb.shape[1])}
                 )  # fmt: skip
                 print(f"N={n:>6} chunk={chunk:>4} M={m:>3} {form:17s} bit-equal: {same}")
+    rows.extend(int_dot_speed())
     append_rows(OUT, (env_info() | {"kind": "dot_bits", "label": args.label} | r for r in rows))
     return 0
 
