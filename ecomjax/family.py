@@ -114,8 +114,8 @@ class Family:
     feedback: FeedbackHook | None = None
     # the names of the hook's issue flags, in order (the trace and the host's wording)
     issues: tuple[str, ...] = ()
-    # the host's wording of each issue and of a CONFIRM, for a family whose wording the
-    # bridge's templates do not hold (like ``opening``)
+    # the host's wording of each issue, for a family whose issues the bridge's templates
+    # do not word (like ``opening``), and of the hook's CONFIRM
     issue_text: tuple[str, ...] = ()
     confirm_text: str = ""
 

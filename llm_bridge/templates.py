@@ -650,11 +650,7 @@ class _Reply:
             )
         if a.feedback_confirm:
             fam, _ = self.ep.feedback_row()
-            out.append(
-                "Yes, that return is exactly what I wanted."
-                if fam.env == E.RETURN
-                else self._own_wording(fam, fam.confirm_text, "confirm_text")
-            )
+            out.append(self._own_wording(fam, fam.confirm_text, "confirm_text"))
         if not out:
             raise MissingSlot("a CONFIRM that confirms nothing")
         return " ".join(out)
@@ -706,7 +702,7 @@ class _Reply:
 
     @staticmethod
     def _own_wording(fam: Family, text: str, what: str) -> str:
-        """A registered family's own line (its descriptor), as ``opening`` is."""
+        """A line the family's descriptor holds (a CONFIRM, a registered family's issue)."""
         if not text:
             raise MissingSlot(f"{fam.name} gives feedback but no {what}")
         return text

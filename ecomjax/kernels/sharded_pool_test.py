@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from ecomjax.kernels.pool import pool_stats_reference
 from ecomjax.kernels.sharded_pool import merge_pool_stats
-from ecomjax.kernels.sharded_test import _cache_env
 from ecomjax.sharding import run_on_host_devices
+from tests.support.child_cache import share_compile_cache
 
 
 def member(args, idx):
@@ -61,6 +61,6 @@ def test_merged_blocks_are_the_whole(n: int, k: int, cuts: list[int], seed: int)
 def test_sharded_pool_eight_devices() -> None:
     """Rows split over 8 simulated CPU devices: every episode's pool statistics equal one
     device's and the reference's (exact and float keys)."""
-    _cache_env()
+    share_compile_cache()
     report = run_on_host_devices("pool", n_devices=8, timeout=600)
     assert report == {"devices": 8, "n": 1003, "cases": 5, "identical": True}

@@ -20,17 +20,8 @@ from hypothesis.extra import numpy as hnp
 
 from ecomjax.kernels.sharded import merge_topk, pad_rows
 from ecomjax.sharding import run_on_host_devices, shard_plan
+from tests.support.child_cache import share_compile_cache
 from tests.support.topk_oracle import np_topk
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _cache_env() -> None:
-    """Let the child reuse the suite's persistent compile cache (conftest), if enabled."""
-    cache = os.environ.get("ECOMJAX_JAX_CACHE", os.path.join(ROOT, ".jax_cache"))
-    if cache != "off":
-        os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", cache)
-        os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "2")
 
 
 def table_score(queries, rows, idx):
@@ -77,7 +68,7 @@ def test_pad_rows() -> None:
 
 def test_sharded_topk_eight_devices() -> None:
     """Rows split over 8 simulated CPU devices: ids, scores, |T| == one device == reference."""
-    _cache_env()
+    share_compile_cache()
     report = run_on_host_devices("topk", n_devices=8, timeout=600)
     assert report == {"devices": 8, "n": 1003, "cases": 6, "identical": True}
 
@@ -115,7 +106,7 @@ def test_sharded_mixed_rollout_eight_devices() -> None:
     """A mixed STATUS + POLICY batch, episodes sharded over 8 simulated CPU devices and
     the catalog replicated: every leaf of the final state equals the single-device
     ``run_plan`` bit for bit (two compiles of the rollout: minutes on a small CPU)."""
-    _cache_env()
+    share_compile_cache()
     report = run_on_host_devices("rollout", n_devices=8, timeout=1800)
     assert report["identical"] and report["devices"] == 8
     assert report["output_devices"] == [8]

@@ -23,4 +23,6 @@ FAMILY = Family(
     ),
     feedback=customer.return_feedback,
     issues=customer.ISSUES,
+    # its issues are worded by the bridge's templates (with slot values); its CONFIRM is one line
+    confirm_text="Yes, that return is exactly what I wanted.",
 )
