@@ -18,6 +18,12 @@ its own episode ids, so N processes equal one process over N devices (compared i
 same launch sequence: ``same_digest_as_local_devices``), not the 1-process run; the round's
 collective is the all-gather of its completions (``completion_bytes``, from the shapes).
 
+``--shard-catalog`` runs every N > 1 twice in the same sequence, with the whole table on
+each device and with the embedding rows split over the processes (``ecomjax run
+--shard-catalog``), so the rows give the split's cost as a ratio of the same run, and what
+one retrieval-loop trip sends (``search_trip_bytes``, from the shapes). Give it
+``--agent random``: the oracle never searches.
+
 The N processes share this machine's cores; the point is correctness and what the
 collectives cost (on 2 cores C8 still ran faster with more processes: benchmarks/README.md).
 Rows go to benchmarks/results/multiprocess.jsonl.
@@ -112,6 +118,40 @@ def completion_bytes(tasks: str, batch: int, n: int, steps: int) -> dict:
     }
 
 
+def search_trip_bytes(catalog_size: int, n: int) -> dict:
+    """Bytes into each device per trip of the split retrieval loop (``tools.search``): the
+    other devices' query records (all_gather), their top-R blocks (all_to_all of scores,
+    ids, |T|), and the embedding reads of ``finish_slot`` (two reference rows and the R
+    shown dots per query). A turn makes as many trips as the busiest device needs."""
+    import jax
+    import jax.numpy as jnp
+
+    from ecomjax import constants as C
+    from ecomjax.catalog.synthetic import generate_catalog
+    from ecomjax.core import reset
+    from ecomjax.registry import family
+    from ecomjax.tools.search import search_query
+    from ecomjax.types import EnvParams, empty_action
+
+    catalog, params = generate_catalog(42, catalog_size), EnvParams()
+
+    def query(key):
+        problem = family("PD").generate(key, catalog, jnp.int32(10), params)
+        state, _ = reset(key, catalog, problem, params)
+        return search_query(catalog, state, empty_action(catalog.embed_dim), jnp.int32(0))
+
+    shapes = jax.eval_shape(query, jax.random.key(0))
+    q_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(shapes))
+    chunk, r, dim, others = params.search_batch, C.MAX_SEARCH_RESULTS, catalog.embed_dim, n - 1
+    parts = {
+        "query_records": others * chunk * q_bytes,
+        "top_r_blocks": others * chunk * (r * 8 + 4),
+        "emb_reads": others * chunk * (2 * (4 + dim * 4) + r * (4 + 4)),
+    }
+    return {"query_record_bytes": q_bytes, "search_trip_bytes": sum(parts.values()),
+            "search_trip_parts": parts}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--tasks", default="C8")
@@ -121,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--local-devices", default=None, metavar="K,K,...")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--auto-reset", type=int, default=0, metavar="STEPS")
+    ap.add_argument("--agent", default="oracle")
+    ap.add_argument("--catalog-size", type=int, default=1000)
+    ap.add_argument("--search-chunk", type=int, default=0)
+    ap.add_argument("--shard-catalog", action="store_true")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)
     from throughput import env_info
@@ -129,14 +173,23 @@ def main(argv: list[str] | None = None) -> int:
     py = sys.executable
     run = [py, "-m", "ecomjax.cli", "run", "--tasks", args.tasks, "--batch", str(args.batch)]
     run += ["--rounds", str(args.rounds), "--json", "--no-compile-cache"]
+    run += ["--agent", args.agent, "--catalog-size", str(args.catalog_size)]
+    if args.search_chunk:
+        run += ["--search-chunk", str(args.search_chunk)]
     if args.auto_reset:
         run += ["--auto-reset", str(args.auto_reset)]
     if args.local_devices:
         return local_devices(run, [int(k) for k in args.local_devices.split(",")], args, info)
     rows, single, single_outcomes = [], None, None
-    for n in [int(x) for x in args.processes.split(",")]:
+    counts = [int(x) for x in args.processes.split(",")]
+    layouts = [(n, False) for n in counts]
+    if args.shard_catalog:
+        layouts = [x for n in counts for x in ([(n, False)] + ([(n, True)] if n > 1 else []))]
+    whole_rate = {}
+    for n, split in layouts:
         t0 = time.perf_counter()
-        runs = launch_local(run, n, timeout=None, env={"PYTHONPATH": str(ROOT)})
+        argv = [*run, "--shard-catalog"] if split else run
+        runs = launch_local(argv, n, timeout=None, env={"PYTHONPATH": str(ROOT)})
         wall = time.perf_counter() - t0
         bad = [r for r in runs if r.returncode != 0]
         if bad:
@@ -153,6 +206,10 @@ def main(argv: list[str] | None = None) -> int:
             "rounds": args.rounds,
             "processes": n,
             "auto_reset": args.auto_reset,
+            "agent": args.agent,
+            "catalog_size": args.catalog_size,
+            "search_chunk": args.search_chunk or None,
+            "layout": "split_emb" if split else "whole",
             "episodes_per_s": lead["episodes_per_s"],
             "env_steps_per_s": lead["env_steps_per_s"],
             "compile_s": [r["compile_s"] for r in reports],
@@ -165,7 +222,14 @@ def main(argv: list[str] | None = None) -> int:
             else lead["outcome_digest"] == single_outcomes,
             **info,
         }
-        if n > 1 and args.auto_reset:
+        if split:
+            row["split_vs_whole_episodes_per_s"] = lead["episodes_per_s"] / whole_rate[n]
+            row.update(search_trip_bytes(args.catalog_size, n))
+        else:
+            whole_rate[n] = lead["episodes_per_s"]
+        if split:
+            pass
+        elif n > 1 and args.auto_reset:
             r = subprocess.run([*run, "--devices", str(n)], capture_output=True, text=True,
                                env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
             if r.returncode != 0:

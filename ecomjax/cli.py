@@ -72,6 +72,8 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         convention=args.convention,
         auto_reset=args.auto_reset,
+        shard_catalog=args.shard_catalog,
+        search_chunk=args.search_chunk,
     )
     bar = tqdm(
         total=cfg.rounds,
@@ -156,6 +158,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="split every round over K of this process's devices; on CPU, JAX is given K "
         "host devices, so one per core keeps every core busy (batch: a multiple of K x tasks)",
+    )
+    run.add_argument(
+        "--shard-catalog",
+        action="store_true",
+        help="split the catalog's embedding rows over the run's devices (processes x K) "
+        "instead of a whole copy on each; results equal one device's",
+    )
+    run.add_argument(
+        "--search-chunk",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help="rows the retrieval kernel scores per step (0: the default, 4096)",
     )
     run.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     run.add_argument("--progress", action="store_true", help="show the progress bar with --json")

@@ -20,6 +20,7 @@ products), so the list holds the SUB original as an entry that is out of stock b
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -94,17 +95,29 @@ def init_fields(
     return {"seen_ids": ids, "seen": jnp.zeros(cap, bool), "oos": ids != PAD}
 
 
-def is_dense(world: World) -> bool:
+def is_dense(world: World | Overlay) -> bool:
     """Static: the layout is a property of the shapes (of one world or a batch of them)."""
     return world.seen_ids.shape[-1] == 0
 
 
-def lookup(world: World, pids: jax.Array) -> tuple[jax.Array, jax.Array]:
+class Overlay(NamedTuple):
+    """What ``is_oos`` reads of a world: a search query carries it to the devices that
+    hold the embedding rows (``tools.search``), instead of the whole world."""
+
+    seen_ids: jax.Array
+    oos: jax.Array
+
+
+def overlay(world: World) -> Overlay:
+    return Overlay(world.seen_ids, world.oos)
+
+
+def lookup(world: World | Overlay, pids: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(slot, hit) of each product id: the index into ``seen`` / ``oos`` and whether the id
     has a slot at all (unknown ids and, sparse, untouched products have none)."""
     pids = jnp.asarray(pids, I32)
     if is_dense(world):
-        n = world.seen.shape[0]
+        n = world.oos.shape[0]
         return jnp.clip(pids, 0, n - 1), (pids >= 0) & (pids < n)
     ids = world.seen_ids
     slot = jnp.clip(jnp.searchsorted(ids, pids), 0, ids.shape[0] - 1).astype(I32)
@@ -116,7 +129,7 @@ def is_seen(world: World, pids: jax.Array) -> jax.Array:
     return hit & world.seen[slot]
 
 
-def is_oos(world: World, pids: jax.Array) -> jax.Array:
+def is_oos(world: World | Overlay, pids: jax.Array) -> jax.Array:
     """Forced out of stock (a shock or the SUB original), whatever the catalog stock says."""
     slot, hit = lookup(world, pids)
     return hit & world.oos[slot]

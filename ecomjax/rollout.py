@@ -24,6 +24,7 @@ from flax import struct
 from ecomjax import constants as C
 from ecomjax import exposure as X
 from ecomjax.agents.base import Agent, batch_act
+from ecomjax.catalog.sharded_emb import lockstep_any
 from ecomjax.catalog.types import Catalog
 from ecomjax.core import reset, step, turn_hard_fail, verify
 from ecomjax.gates import turn_gates
@@ -165,7 +166,7 @@ def _turns(catalog, agents, runs, params, akeys, carry, max_turns, families, wat
     def cond(carry):
         states, _, _, t, _ = carry
         live = running(states) if watch is None else running(states) & watch
-        return live.any() & (t < max_turns)
+        return lockstep_any(catalog, live.any()) & (t < max_turns)
 
     def body(carry):
         states, obs, memory, t, n_steps = carry

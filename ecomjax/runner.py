@@ -24,6 +24,7 @@ from ecomjax import constants as C
 from ecomjax import curriculum as cur
 from ecomjax.agents import AGENTS
 from ecomjax.agents.oracle import make_oracle
+from ecomjax.catalog.sharded_emb import catalog_specs, place_catalog
 from ecomjax.catalog.synthetic import generate_catalog
 from ecomjax.catalog.types import Catalog
 from ecomjax.distributed import barrier, peer_failures
@@ -49,6 +50,10 @@ class RunConfig:
     # > 0: auto-reset rounds of this many steps (training throughput; ended lanes start
     # their next episode); 0: every round plays fresh episodes to the end (evaluation).
     auto_reset: int = 0
+    # Split the catalog's embedding rows over the run's devices (processes x --devices)
+    # instead of giving every device the whole table (catalog.sharded_emb).
+    shard_catalog: bool = False
+    search_chunk: int = 0  # > 0: EnvParams.search_chunk (rows per retrieval chunk)
 
 
 @dataclass
@@ -211,12 +216,16 @@ def _static(plan, agent, params: EnvParams, ccfg, mode: str, *extra) -> str:
     return repr((tuple(plan), agent.name, params, ccfg, mode, extra))
 
 
-def _player(plan, agent, params: EnvParams, mesh: Mesh | None) -> Callable:
+WHOLE = PartitionSpec()  # a catalog in_spec: every leaf whole on every device
+
+
+def _player(plan, agent, params: EnvParams, mesh: Mesh | None, spec=WHOLE) -> Callable:
     """``(catalog, keys, d) -> ([B, 5] outcome columns in plan order, env steps)``.
 
     Over a mesh, device j plays part j of every slice (``sharding.shard_plan``), and the
     columns are then all-gathered: the round's one collective (20 bytes an episode), so
-    every process updates the curriculum with the whole batch in plan order."""
+    every process updates the curriculum with the whole batch in plan order. ``spec`` is
+    the catalog's in_spec (``sharded_emb.catalog_specs``: whole, or ``emb`` split)."""
 
     if mesh is None:
 
@@ -236,7 +245,7 @@ def _player(plan, agent, params: EnvParams, mesh: Mesh | None) -> Callable:
     sharded = shard_map_compat(
         per_device,
         mesh,
-        in_specs=(PartitionSpec(), PartitionSpec(axis), PartitionSpec(axis)),
+        in_specs=(spec, PartitionSpec(axis), PartitionSpec(axis)),
         out_specs=(PartitionSpec(axis), PartitionSpec()),
     )
 
@@ -249,7 +258,9 @@ def _player(plan, agent, params: EnvParams, mesh: Mesh | None) -> Callable:
     return play
 
 
-def _make_round(plan, agent, params: EnvParams, cfg, mode: str, mesh: Mesh | None = None):
+def _make_round(
+    plan, agent, params: EnvParams, cfg, mode: str, mesh: Mesh | None = None, spec=WHOLE
+):
     """One round over a mixed batch: sample d per episode from its task's window, play
     every slice at once, update every task's curriculum. One compile for all tasks. The
     catalog is an argument, not a closure constant, so XLA cannot constant-fold
@@ -257,7 +268,7 @@ def _make_round(plan, agent, params: EnvParams, cfg, mode: str, mesh: Mesh | Non
     samples the same d (same window, same keys) and updates with the same columns."""
     task_ids = np.concatenate([np.full(n, i, np.int32) for i, (_, n) in enumerate(plan)])
     batch = int(task_ids.shape[0])
-    play = _player(plan, agent, params, mesh)
+    play = _player(plan, agent, params, mesh, spec)
 
     def round_fn(catalog, cstate, key, first_episode, fixed_d, use_fixed):
         idx = first_episode + jnp.arange(batch, dtype=jnp.int32)
@@ -282,7 +293,7 @@ def _unboxed(lanes: autoreset.Lanes) -> autoreset.Lanes:
     return lanes.replace(next_episode=lanes.next_episode[0], hand=lanes.hand[0])
 
 
-def _autoreset_init(plan, agent, params: EnvParams, mesh: Mesh | None) -> Callable:
+def _autoreset_init(plan, agent, params: EnvParams, mesh: Mesh | None, spec=WHOLE) -> Callable:
     """``catalog -> lanes``; over a mesh each device holds the lanes of its local plan."""
     if mesh is None:
         return lambda catalog: autoreset.init(catalog, plan, agent, params)
@@ -291,13 +302,20 @@ def _autoreset_init(plan, agent, params: EnvParams, mesh: Mesh | None) -> Callab
     return shard_map_compat(
         lambda catalog: _boxed(autoreset.init(catalog, local, agent, params)),
         mesh,
-        in_specs=(PartitionSpec(),),
+        in_specs=(spec,),
         out_specs=PartitionSpec(axis),
     )
 
 
 def _make_autoreset_round(
-    plan, agent, params: EnvParams, cfg, mode: str, steps: int, mesh: Mesh | None = None
+    plan,
+    agent,
+    params: EnvParams,
+    cfg,
+    mode: str,
+    steps: int,
+    mesh: Mesh | None = None,
+    spec=WHOLE,
 ):
     """One auto-reset round: ``steps`` steps of every lane; every episode completed in them
     updates the curriculum in completion order. Episodes starting inside the round draw d
@@ -338,7 +356,7 @@ def _make_autoreset_round(
         advance = shard_map_compat(
             per_device,
             mesh,
-            in_specs=(rep, rep, PartitionSpec(axis), rep, rep, rep),
+            in_specs=(spec, rep, PartitionSpec(axis), rep, rep, rep),
             out_specs=(PartitionSpec(axis), PartitionSpec(None, axis), rep),
         )
 
@@ -376,20 +394,6 @@ def _mesh_for_run(mesh: Mesh | None, plan, n_tasks: int, batch: int) -> Mesh | N
     return mesh
 
 
-def _replicated(tree, mesh: Mesh | None):
-    """The catalog placed once on every device of the mesh (every process holds the same
-    one: the synthetic catalog is a function of its seed)."""
-    if mesh is None:
-        return tree
-    rep = NamedSharding(mesh, PartitionSpec())
-
-    def place(x):
-        host = np.asarray(x)
-        return jax.make_array_from_callback(host.shape, rep, lambda idx: host[idx])
-
-    return jax.tree_util.tree_map(place, tree)
-
-
 def run(
     cfg: RunConfig,
     progress: Callable | None = None,
@@ -417,7 +421,9 @@ def run(
     catalog = (
         catalog if catalog is not None else generate_catalog(cfg.catalog_seed, cfg.catalog_size)
     )
-    params = EnvParams()
+    if cfg.search_chunk < 0:
+        raise ValueError("search_chunk must be 0 (the default) or a positive row count")
+    params = EnvParams(search_chunk=cfg.search_chunk) if cfg.search_chunk else EnvParams()
     agent = AGENTS[cfg.agent]
     if cfg.agent == "oracle":  # only the plans of the families in this run
         agent = make_oracle(tuple(family(t).env for t in tasks))
@@ -425,14 +431,23 @@ def run(
         raise ValueError(f"batch {cfg.batch} is smaller than the number of tasks {len(tasks)}")
     plan = make_plan(tasks, cfg.batch)
     mesh = _mesh_for_run(mesh, plan, len(tasks), cfg.batch)
-    catalog = _replicated(catalog, mesh)
+    if cfg.shard_catalog and mesh is None:
+        raise ValueError(
+            "shard_catalog splits the catalog over the run's devices: run several processes "
+            "(ecomjax.distributed) or give one process several (--devices K)"
+        )
+    if mesh is not None:  # every process holds the same catalog (a function of its seed)
+        catalog = place_catalog(catalog, mesh, mesh.axis_names[0] if cfg.shard_catalog else None)
+    spec = catalog_specs(catalog, catalog.emb_axis)
     if cfg.auto_reset:
-        return _run_autoreset(cfg, tasks, plan, agent, params, ccfg, mode, catalog, progress, mesh)
+        return _run_autoreset(
+            cfg, tasks, plan, agent, params, ccfg, mode, catalog, progress, mesh, spec
+        )
     cstate = cur.init(len(tasks))
     tally = _Tally(tasks, ccfg, progress)
     fn, compile_s = _compiled(
         "round",
-        _make_round(plan, agent, params, ccfg, mode, mesh),
+        _make_round(plan, agent, params, ccfg, mode, mesh, spec),
         (catalog, cstate, jax.random.key(0), jnp.int32(0), jnp.int32(0), jnp.bool_(False)),
         _static(plan, agent, params, ccfg, mode),
         mesh=mesh,
@@ -452,7 +467,7 @@ def run(
 
 
 def _run_autoreset(
-    cfg, tasks, plan, agent, params, ccfg, mode, catalog, progress, mesh: Mesh | None
+    cfg, tasks, plan, agent, params, ccfg, mode, catalog, progress, mesh: Mesh | None, spec
 ) -> RunResult:
     """``run`` with auto-reset rounds: lanes carry over between rounds, so every round
     counts the episodes completed in its ``cfg.auto_reset`` steps (the first round starts
@@ -460,7 +475,7 @@ def _run_autoreset(
     mesh the lanes stay split over the devices between rounds."""
     cstate = cur.init(len(tasks))
     tally = _Tally(tasks, ccfg, progress)
-    round_fn = _make_autoreset_round(plan, agent, params, ccfg, mode, cfg.auto_reset, mesh)
+    round_fn = _make_autoreset_round(plan, agent, params, ccfg, mode, cfg.auto_reset, mesh, spec)
     run_key = jax.random.key(cfg.seed)
     fixed, use_fixed = jnp.int32(cfg.difficulty or 0), jnp.bool_(cfg.difficulty is not None)
     static = _static(plan, agent, params, ccfg, mode, cfg.auto_reset)
@@ -470,7 +485,7 @@ def _run_autoreset(
         rep = NamedSharding(mesh, PartitionSpec())
     init, init_s = _compiled(
         "autoreset-init",
-        _autoreset_init(plan, agent, params, mesh),
+        _autoreset_init(plan, agent, params, mesh, spec),
         (catalog,),
         static,
         mesh=mesh,

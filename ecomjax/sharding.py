@@ -28,6 +28,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, PartitionSpec
 
+from ecomjax.catalog.sharded_emb import catalog_specs, place_catalog
 from ecomjax.catalog.types import Catalog
 from ecomjax.kernels.sharded import shard_map_compat
 from ecomjax.rollout import Plan, RolloutResult, run_plan
@@ -85,7 +86,10 @@ def make_sharded_rollout(
 
     ``keys`` and ``d`` are in plan order. The returned state is in plan order too, unless
     ``device_order``: then it stays laid out device-major (``x[perm]`` of ``shard_plan``),
-    which saves a cross-device gather when the caller only reduces over episodes."""
+    which saves a cross-device gather when the caller only reduces over episodes. A catalog
+    placed by ``catalog.sharded_emb.place_catalog(catalog, mesh, axis)`` keeps its
+    embedding rows split over the same axis (the episodes' searches then run in lockstep
+    across devices); any other catalog is whole on every device."""
     local, perm = shard_plan(plan, mesh.shape[axis])
     inv = np.argsort(perm)
 
@@ -94,15 +98,18 @@ def make_sharded_rollout(
         steps = jax.lax.psum(res.env_steps, axis)
         return res.state, steps, jax.lax.pmax(res.turns, axis)
 
-    fn = shard_map_compat(
-        per_device,
-        mesh,
-        in_specs=(PartitionSpec(), PartitionSpec(axis), PartitionSpec(axis)),
-        out_specs=(PartitionSpec(axis), PartitionSpec(), PartitionSpec()),
-    )
-
     @jax.jit
     def rollout(catalog, keys, d):
+        fn = shard_map_compat(
+            per_device,
+            mesh,
+            in_specs=(
+                catalog_specs(catalog, catalog.emb_axis),
+                PartitionSpec(axis),
+                PartitionSpec(axis),
+            ),
+            out_specs=(PartitionSpec(axis), PartitionSpec(), PartitionSpec()),
+        )
         p = jnp.asarray(perm)
         state, steps, turns = fn(catalog, keys[p], d[p])
         if not device_order:
@@ -132,13 +139,19 @@ def check_sharded_rollout(
     per_device: int = 2,
     n_products: int = 300,
     n_devices: int | None = None,
+    shard_catalog: bool = False,
+    agent: str = "oracle",
+    search_chunk: int = 0,
 ) -> dict:
     """Sharded ``run_plan`` == single-device ``run_plan``, every leaf bit for bit.
 
-    A mixed batch of ``tasks`` (oracle agent, d spread over 0..20), ``per_device``
-    episodes of each family on each device. Raises AssertionError naming the first leaf
-    that differs; returns a small report. Needs several devices in this process (see
-    ``run_on_host_devices``)."""
+    A mixed batch of ``tasks`` (``agent``: oracle or random; d spread over 0..20),
+    ``per_device`` episodes of each family on each device; ``shard_catalog`` splits the
+    embedding rows over the devices too. ``search_chunk`` > 0 sets
+    ``EnvParams.search_chunk``: the relevance dots of a split table match the whole one's
+    when every device holds at least that many rows (``kernels.sharded``). Raises
+    AssertionError naming the first leaf that differs; returns a small report. Needs
+    several devices in this process (see ``run_on_host_devices``)."""
     from ecomjax.agents.oracle import make_oracle
     from ecomjax.catalog.synthetic import generate_catalog
     from ecomjax.registry import family, resolve_tasks
@@ -150,13 +163,20 @@ def check_sharded_rollout(
     names = resolve_tasks(tasks)
     batch = per_device * len(devices) * len(names)
     plan = make_plan(names, batch)
-    agent = make_oracle(tuple(family(t).env for t in names))
-    params = EnvParams()
+    if agent == "oracle":
+        player = make_oracle(tuple(family(t).env for t in names))
+    else:
+        from ecomjax.agents import AGENTS
+
+        player = AGENTS[agent]
+    params = EnvParams(search_chunk=search_chunk) if search_chunk else EnvParams()
     catalog = generate_catalog(42, n_products)
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(7), i))(jnp.arange(batch))
     d = (jnp.arange(batch, dtype=jnp.int32) * 5) % 21
-    want = jax.block_until_ready(run_plan_jit(catalog, keys, d, plan, agent, params))
-    got = jax.block_until_ready(make_sharded_rollout(plan, agent, params, mesh)(catalog, keys, d))
+    want = jax.block_until_ready(run_plan_jit(catalog, keys, d, plan, player, params))
+    placed = place_catalog(catalog, mesh, "batch") if shard_catalog else catalog
+    got = make_sharded_rollout(plan, player, params, mesh)(placed, keys, d)
+    got = jax.block_until_ready(got)
     shards = {len(x.sharding.device_set) for x in jax.tree_util.tree_leaves(got.state)}
 
     def data(x: jax.Array) -> np.ndarray:
@@ -182,6 +202,7 @@ def check_sharded_rollout(
         "env_steps": int(got.env_steps),
         "turns": int(got.turns),
         "output_devices": sorted(shards),
+        "emb_rows_per_device": int(placed.emb.addressable_shards[0].data.shape[0]),
         "identical": True,
     }
 
@@ -190,6 +211,7 @@ CHECKS = {
     "topk": "ecomjax.kernels.sharded:check_sharded_topk",
     "pool": "ecomjax.kernels.sharded_pool:check_sharded_pool",
     "rollout": "ecomjax.sharding:check_sharded_rollout",
+    "emb": "ecomjax.catalog.sharded_emb:check_sharded_emb",
 }
 
 
@@ -199,7 +221,7 @@ def run_on_host_devices(
     timeout: float | None = 900,
     kwargs: dict | None = None,
 ) -> dict:
-    """Run a check (``"topk"``, ``"pool"``, ``"rollout"`` or ``"module:function"``) in a fresh
+    """Run a check (a key of ``CHECKS`` or ``"module:function"``) in a fresh
     interpreter on ``n_devices`` simulated CPU devices; returns its report dict.
 
     Why a subprocess: the device count is an XLA flag read once, when JAX initialises,

@@ -169,6 +169,49 @@ def test_row_sharded_pools_across_processes(n):
         assert report == {"devices": n, "n": 1003, "cases": 5, "identical": True}
 
 
+@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
+def test_row_sharded_catalog_rollout_across_processes(n):
+    """``ecomjax run --shard-catalog`` over n processes: each device holds 200 / n of the
+    embedding rows, and the random agent's searches (relevance, similar_to and keyed
+    sorts) and SUB's cosine scores read them across processes in lockstep. Every process
+    reports the digest of every outcome column, and the curriculum, of one process
+    running the same global batch with the whole table. The retrieval chunk (25 rows) is
+    at most one device's rows, so the relevance dots have one shape on both sides."""
+    tasks, batch, rounds = "CART,SUB", 16, 2
+    chunk = ["--search-chunk", "25", "--agent", "random"]
+    want = run(RunConfig(tasks=tasks, batch=batch, rounds=rounds, catalog_size=200, seed=3,
+                         agent="random", search_chunk=25))  # fmt: skip
+    argv = _cli(tasks, batch, rounds, "--shard-catalog", *chunk)
+    for i, got in enumerate(_reports(dist.launch_local(argv, n, timeout=1500))):
+        assert (got["processes"], got["devices"]) == (n, n)
+        assert got["digest"] == want.digest, f"process {i}: episodes differ"
+        assert got["curriculum_state"] == want.state, f"process {i}: curriculum differs"
+
+
+# 4 runs by default: 2 processes once passed by luck while SUB's pool loop ran another
+# trip count (so other collectives) on each device, which 4 processes caught.
+@pytest.mark.parametrize(
+    "n, tasks, per_device",
+    [
+        pytest.param(4, "PD,SUB,CART", 2, id="4"),
+        pytest.param(2, "PD,SUB,CART", 2, id="2", marks=pytest.mark.slow),
+        pytest.param(2, "C8", 1, id="2-C8", marks=pytest.mark.slow),
+    ],
+)
+def test_row_sharded_catalog_states_across_processes(n, tasks, per_device):
+    """The same split, judged on the whole final state: episodes of the random agent,
+    episodes and embedding rows split over n processes, gathered, equal one device's
+    whole-table run leaf for leaf (Seen, the cart, the last turn's search cards, every
+    reward field): the search results themselves, which the outcome columns above only
+    partly reflect."""
+    kwargs = {"tasks": tasks, "per_device": per_device, "n_products": 200,
+              "shard_catalog": True, "search_chunk": 25, "agent": "random"}  # fmt: skip
+    argv = [*CHECK, "ecomjax.sharding:check_sharded_rollout", json.dumps(kwargs)]
+    for report in _reports(dist.launch_local(argv, n, timeout=1500)):
+        assert report["identical"] and report["devices"] == n
+        assert report["emb_rows_per_device"] == 200 // n
+
+
 @pytest.mark.slow
 def test_every_episode_state_across_processes():
     """The whole final state of a mixed batch, gathered from 2 processes' slices, equals

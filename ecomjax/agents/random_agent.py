@@ -12,6 +12,7 @@ from flax import struct
 
 from ecomjax import constants as C
 from ecomjax.agents.base import Agent
+from ecomjax.catalog.sharded_emb import emb_rows
 from ecomjax.compact import compact
 from ecomjax.types import AnswerFields, empty_action
 
@@ -97,7 +98,7 @@ def _act(key, mem: RandomMemory, obs, catalog):
     n_slots = jax.random.randint(ks[7], (B,), 1, 4)
     slot_prio = jax.random.uniform(ks[8], (B, C.N_SLOTS))
     slots = jnp.argsort(jnp.argsort(slot_prio, -1), -1) < n_slots[:, None]
-    query = catalog.emb[jax.random.randint(ks[9], (B,), 0, catalog.n_products)].astype(jnp.float32)
+    query = emb_rows(catalog, jax.random.randint(ks[9], (B,), 0, catalog.n_products))
     action = empty_action(catalog.embed_dim)
     answer_now = jax.random.bernoulli(ks[10], 1.0 / jnp.maximum(obs.turn + obs.turns_left, 1))
     env = jnp.where(obs.env >= 0, obs.env, C.Env.CART).astype(jnp.int32)

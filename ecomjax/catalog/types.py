@@ -54,6 +54,10 @@ class Catalog:
     # Static: rows of the largest category (0 = unknown). A category-filtered search then
     # scans that many rows of ``cat_order`` instead of the whole catalog (same results).
     max_cat_size: int = struct.field(pytree_node=False, default=0)
+    # Static: the mesh axis ``emb`` is split on by rows (None: whole). Inside ``shard_map``
+    # each device then holds its own block of rows (padded), and every read of ``emb`` goes
+    # through ``catalog.sharded_emb``; the other columns stay whole (issue 19).
+    emb_axis: str | None = struct.field(pytree_node=False, default=None)
 
     @property
     def n_products(self) -> int:

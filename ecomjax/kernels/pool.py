@@ -104,6 +104,7 @@ def pool_stats_in_category(
     chunk: int,
     whole_chunk: int = 4096,
     active: jax.Array | bool = True,
+    lockstep: Callable[[jax.Array], jax.Array] | None = None,
 ) -> PoolStats:
     """``pool_stats`` of a pool whose members all lie in category ``cat``: only that
     category's run of ``cat_order`` (``cat_offsets[cat]`` to ``cat_offsets[cat + 1]``) is
@@ -117,7 +118,12 @@ def pool_stats_in_category(
     critical), about 1/40 of the catalog; a whole-catalog scan per episode was most of
     their verification and grows with N. Each of the two loops runs, under ``vmap``, to
     the longest lane's count of its own steps, so a batch whose lanes all have a category
-    pays nothing for the whole-catalog loop. ``chunk`` and ``whole_chunk`` are static."""
+    pays nothing for the whole-catalog loop. ``chunk`` and ``whole_chunk`` are static.
+
+    ``lockstep`` maps a lane's "go on" flag to the flag over every device of a mesh axis
+    (``catalog.sharded_emb.lockstep_any``), for a ``member`` that reads a row-sharded table
+    with collectives: every device then runs as many steps as the mesh's longest lane, and
+    the extra steps fold nothing (their positions lie past the lane's rows)."""
     if k < 1 or chunk < 1 or whole_chunk < 1:
         raise ValueError(f"need k, chunk, whole_chunk >= 1, got {k}, {chunk}, {whole_chunk}")
     n = int(cat_order.shape[0])
@@ -139,7 +145,11 @@ def pool_stats_in_category(
             mask, key = member(args, to_ids(jnp.clip(pos, 0, n - 1)))
             return i + 1, _fold(st, mask & (pos < rows), key, k)
 
-        _, out = lax.while_loop(lambda cr: cr[0] * c < rows, body, (jnp.int32(0), state))
+        def more(cr: tuple[jax.Array, PoolStats]) -> jax.Array:
+            go = cr[0] * c < rows
+            return go if lockstep is None else lockstep(go)
+
+        _, out = lax.while_loop(more, body, (jnp.int32(0), state))
         return out
 
     c = min(chunk, n)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,9 +23,11 @@ import jax.numpy as jnp
 from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax import exposure as X
+from ecomjax.catalog.sharded_emb import emb_dots, emb_rows, lockstep_max, row_offset
 from ecomjax.catalog.types import Catalog
 from ecomjax.compact import compact, first_true, in_sorted, smallest
-from ecomjax.kernels.topk import category_slice_topk, masked_topk
+from ecomjax.kernels.sharded import merge_topk
+from ecomjax.kernels.topk import TopK, _finish, category_slice_topk, masked_topk
 from ecomjax.predicates import disc_values, filters_pass, num_values_scaled
 from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, no_search
 from ecomjax.world import is_known, product_stock_qty, safe
@@ -48,7 +51,7 @@ def _sort_key(catalog: Catalog, idx: jax.Array, mode: jax.Array) -> jax.Array:
 
 def shown_score(catalog: Catalog, qvec: jax.Array, idx: jax.Array, mode: jax.Array) -> jax.Array:
     """The card's ``score``: cosine for relevance / similar_to, else the key value."""
-    cos = catalog.emb[idx].astype(jnp.float32) @ qvec
+    cos = emb_dots(catalog, idx, qvec)
     key = jnp.select(
         [mode == C.SortBy.PRICE_ASC, mode == C.SortBy.RATING_DESC],
         [catalog.price_cents[idx] / 100.0, catalog.rating_x100[idx] / 100.0],
@@ -64,7 +67,7 @@ def _query(catalog: Catalog, action: Action, slot: jax.Array) -> tuple[jax.Array
     mode = jnp.where(similar, C.SortBy.RELEVANCE, action.enum_a[slot])
     qvec = jnp.where(
         similar,
-        catalog.emb[safe(ref)].astype(jnp.float32),
+        emb_rows(catalog, safe(ref)),
         action.query_emb[slot].astype(jnp.float32),
     )
     return qvec, mode
@@ -84,6 +87,74 @@ def category_filtered(catalog: Catalog, action: Action) -> jax.Array:
     return (catalog.max_cat_size > 0) & (cat >= 0) & (cat < catalog.n_categories) & keyed
 
 
+class Query(NamedTuple):
+    """One search call slot as the ranking reads it. Small on purpose: with a row-sharded
+    ``emb`` every device ranks every device's queries against its own rows."""
+
+    qvec: jax.Array  # float32 [D]
+    mode: jax.Array  # SortBy
+    fd: jax.Array  # discrete filters
+    fn: jax.Array  # numeric filters
+    in_stock_only: jax.Array
+    ref: jax.Array  # similar_to reference, -1 = none (never its own result)
+    exhausted: jax.Array  # [MAX_CART_LINES] SKUs whose free stock the cart used up
+    overlay: X.Overlay  # forced out-of-stock products
+
+
+def search_query(catalog: Catalog, state: EpisodeState, action: Action, slot: jax.Array) -> Query:
+    world = state.world
+    qvec, mode = _query(catalog, action, slot)
+    # Product SKUs whose free stock the cart has used up (at most one per cart line).
+    line_free = jnp.where(
+        world.cart_var == -1, catalog.stock[safe(world.cart_pid)] - world.cart_qty, 1
+    )
+    exhausted = jnp.where((world.cart_no > 0) & (line_free <= 0), world.cart_pid, -1)
+    return Query(
+        qvec, mode, action.filter_disc[slot], action.filter_num[slot], action.flag[slot],
+        action.product[slot], exhausted, X.overlay(world),
+    )  # fmt: skip
+
+
+def query_scores(catalog: Catalog, q: Query, emb: jax.Array | None, idx: jax.Array) -> jax.Array:
+    """float32 [1, C]: the ranking score of rows ``idx`` (global ids), -inf where a row
+    fails the filters or lies past N. ``emb`` [C, D] are those rows' vectors, or None for
+    a keyed sort (price, rating, ship days), which never reads them."""
+    ok = filters_pass(disc_values(catalog, idx), num_values_scaled(catalog, idx), q.fd, q.fn)
+    in_stock = (catalog.stock[idx] > 0) & ~X.is_oos(q.overlay, idx)
+    in_stock &= ~(idx[:, None] == q.exhausted).any(-1)
+    ok &= ~q.in_stock_only | in_stock
+    ok &= (idx != q.ref) & (idx < catalog.n_products)
+    key = _sort_key(catalog, idx, q.mode)
+    if emb is None:
+        s = key
+    else:
+        s = jnp.where(q.mode == C.SortBy.RELEVANCE, emb.astype(jnp.float32) @ q.qvec, key)
+    return jnp.where(ok, s, NEG)[None, :]
+
+
+def _ranked(catalog: Catalog, q: Query, params: EnvParams, by_category: bool = False) -> TopK:
+    """Exact masked top-R of one query over the rows of ``emb`` this device holds (all of
+    them when whole), with global ids. ``by_category`` (static; only for a
+    ``category_filtered`` slot) scans the filter's category's rows of ``cat_order`` alone:
+    a keyed sort, so no embedding row is read and the rows argument is a placeholder."""
+
+    def score_fn(_, r, idx):
+        return query_scores(catalog, q, None if by_category else r["emb"], idx)
+
+    if by_category:
+        cat = jnp.clip(q.fd[CAT_FILTER], 0, catalog.n_categories - 1)[None]
+        return category_slice_topk(
+            score_fn, {"stock": catalog.stock}, jnp.zeros((1,)), catalog.cat_order,
+            catalog.cat_offsets, cat, R, catalog.max_cat_size, params.search_chunk,
+        )  # fmt: skip
+    rows = {"emb": catalog.emb}
+    n_rows = int(catalog.emb.shape[0])
+    return masked_topk(
+        score_fn, rows, jnp.zeros((1,)), n_rows, R, params.search_chunk,
+        index_offset=row_offset(catalog),
+    )  # fmt: skip
+
+
 def _ranked_candidates(
     catalog: Catalog,
     state: EpisodeState,
@@ -92,43 +163,11 @@ def _ranked_candidates(
     params: EnvParams,
     by_category: bool = False,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """Exact masked top-R for one call slot: (ids [R], n_valid, qvec [D], mode).
-    ``by_category`` (static; only for a ``category_filtered`` slot) scans the filter's
-    category's rows of ``cat_order`` alone."""
-    world = state.world
-    ref = action.product[slot]
-    qvec, mode = _query(catalog, action, slot)
-    # Product SKUs whose free stock the cart has used up (at most one per cart line).
-    line_free = jnp.where(
-        world.cart_var == -1, catalog.stock[safe(world.cart_pid)] - world.cart_qty, 1
-    )
-    exhausted = jnp.where((world.cart_no > 0) & (line_free <= 0), world.cart_pid, -1)
-    fd, fn = action.filter_disc[slot], action.filter_num[slot]
-    in_stock_only = action.flag[slot]
-
-    def score_fn(q, r, idx):
-        del q
-        ok = filters_pass(disc_values(catalog, idx), num_values_scaled(catalog, idx), fd, fn)
-        in_stock = (catalog.stock[idx] > 0) & ~X.is_oos(world, idx)
-        in_stock &= ~(idx[:, None] == exhausted).any(-1)
-        ok &= ~in_stock_only | in_stock
-        ok &= idx != ref
-        cos = r["emb"].astype(jnp.float32) @ qvec
-        s = jnp.where(mode == C.SortBy.RELEVANCE, cos, _sort_key(catalog, idx, mode))
-        return jnp.where(ok, s, NEG)[None, :]
-
-    rows = {"emb": catalog.emb}
-    if by_category:
-        cat = jnp.clip(fd[CAT_FILTER], 0, catalog.n_categories - 1)[None]
-        top = category_slice_topk(
-            score_fn, rows, jnp.zeros((1,)), catalog.cat_order, catalog.cat_offsets, cat, R,
-            catalog.max_cat_size, params.search_chunk,
-        )  # fmt: skip
-    else:
-        top = masked_topk(
-            score_fn, rows, jnp.zeros((1,)), catalog.n_products, R, params.search_chunk
-        )
-    return top.indices[0], top.n_valid[0], qvec, mode
+    """Exact masked top-R for one call slot of a whole ``emb``: (ids [R], n_valid, qvec
+    [D], mode)."""
+    q = search_query(catalog, state, action, slot)
+    top = _ranked(catalog, q, params, by_category)
+    return top.indices[0], top.n_valid[0], q.qvec, q.mode
 
 
 def n_distractors(diff: D.Difficulty, n: jax.Array) -> jax.Array:
@@ -307,6 +346,7 @@ def _resolve_pass(catalog, states, actions, params, mask, chunk, by_category, ou
     n_q = flat.sum()
     n_pad = -(-nb // chunk) * chunk
     order = jnp.pad(first_true(flat, nb), (0, n_pad - nb), constant_values=-1)
+    trips = lockstep_max(catalog, (n_q + chunk - 1) // chunk)
 
     def body(carry):
         i, out = carry
@@ -314,13 +354,46 @@ def _resolve_pass(catalog, states, actions, params, mask, chunk, by_category, ou
         ep, slot = idx // C.MAX_TOOL_CALLS, idx % C.MAX_TOOL_CALLS
         st = jax.tree_util.tree_map(lambda x: x[ep], states)
         ac = jax.tree_util.tree_map(lambda x: x[ep], actions)
-        res = jax.vmap(resolve_slot, (None, 0, 0, 0, None, None))(
-            catalog, st, ac, slot, params, by_category
-        )
+        if catalog.emb_axis is None:
+            res = jax.vmap(resolve_slot, (None, 0, 0, 0, None, None))(
+                catalog, st, ac, slot, params, by_category
+            )
+        else:
+            res = _resolve_sharded(catalog, st, ac, slot, params, by_category)
         valid = i * chunk + jnp.arange(chunk) < n_q
         dest = jnp.where(valid, idx, nb)
         out = jax.tree_util.tree_map(lambda o, r: o.at[dest].set(r, mode="drop"), out, res)
         return i + 1, out
 
-    _, out = jax.lax.while_loop(lambda c: c[0] * chunk < n_q, body, (jnp.int32(0), out))
+    _, out = jax.lax.while_loop(lambda c: c[0] < trips, body, (jnp.int32(0), out))
     return out
+
+
+def _resolve_sharded(catalog, st, ac, slot, params, by_category) -> SearchResults:
+    """A chunk of call slots (one per episode of ``st`` / ``ac``) with ``emb`` split by
+    rows: every device ranks every device's queries against its own rows, sends each
+    device back the top-R of its queries, and each merges the S blocks by (score desc,
+    index asc), as ``kernels.sharded.sharded_masked_topk`` does, so ids, tie order and
+    |T| equal one device's. Per device and chunk, S · chunk queries come in and
+    S · chunk · R (score, id) pairs go out. Category-filtered slots are keyed sorts that
+    read no embedding row, so each device ranks its own."""
+    q = jax.vmap(search_query, (None, 0, 0, 0))(catalog, st, ac, slot)
+    if by_category:
+        top = jax.vmap(lambda one: _ranked(catalog, one, params, True))(q)
+        ids, n_valid = top.indices[:, 0], top.n_valid[:, 0]
+    else:
+        axis = catalog.emb_axis
+
+        def rank(queries: Query):
+            top = jax.vmap(lambda one: _ranked(catalog, one, params))(queries)
+            return top.scores[:, 0], top.indices[:, 0], top.n_valid[:, 0]
+
+        # One source device's chunk at a time: the same [rows, D] x [D, chunk] dots as a
+        # whole table's pass, so the float scores round the same way.
+        blocks = jax.lax.map(rank, jax.lax.all_gather(q, axis))
+        scores, idx, counts = (jax.lax.all_to_all(x, axis, 0, 0) for x in blocks)
+        top = _finish(*merge_topk(scores, idx, R), counts.sum(0))
+        ids, n_valid = top.indices, top.n_valid
+    return jax.vmap(finish_slot, (None, 0, 0, 0, None, 0, 0))(
+        catalog, st, ac, slot, params, ids, n_valid
+    )

@@ -3,10 +3,13 @@ termination, the answer list L[:k], DCG / IDCG over the exact pool, and r_avail.
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 
 from ecomjax import constants as C
+from ecomjax.catalog.sharded_emb import lockstep_any
 from ecomjax.catalog.types import Catalog
 from ecomjax.compact import compact
 from ecomjax.constraints import feasible, required_category
@@ -66,8 +69,9 @@ def goal_pool_stats(
     cat = required_category(catalog, *cons)
     chunk = min(CATEGORY_CHUNK, catalog.max_cat_size)
     return pool_stats_in_category(
-        member, None, catalog.cat_order, catalog.cat_offsets, cat, K, chunk, POOL_CHUNK, needed
-    )
+        member, None, catalog.cat_order, catalog.cat_offsets, cat, K, chunk, POOL_CHUNK, needed,
+        lockstep=None if catalog.emb_axis is None else partial(lockstep_any, catalog),
+    )  # fmt: skip
 
 
 def idcg(stats: PoolStats, rel_of_key, k: jax.Array) -> jax.Array:

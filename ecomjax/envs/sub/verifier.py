@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from ecomjax import difficulty as D
+from ecomjax.catalog.sharded_emb import emb_rows
 from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import feasible
 from ecomjax.envs.pd.ranking import (
@@ -28,8 +29,8 @@ from ecomjax.types import AnswerFields, Dialogue, Problem, Score, World, make_sc
 
 def cosine(catalog: Catalog, p0: jax.Array, pids: jax.Array) -> jax.Array:
     """float32 [...]: cos(p0, p) of the stored L2-normalised embeddings (SPEC §1.6)."""
-    e0 = catalog.emb[jnp.maximum(p0, 0)].astype(jnp.float32)
-    e = catalog.emb[jnp.clip(pids, 0, catalog.n_products - 1)].astype(jnp.float32)
+    e0 = emb_rows(catalog, jnp.maximum(p0, 0))
+    e = emb_rows(catalog, jnp.clip(pids, 0, catalog.n_products - 1))
     return (e * e0).sum(-1)
 
 
