@@ -8,7 +8,9 @@ parts and device j runs part j of every slice: the same local plan on every devi
 compile, no communication inside the loop, and each device stops its while loop as soon
 as its own episodes end. Episodes are independent under vmap (``tests/test_mixed.py``
 checks batched == one at a time), so the result equals the single-device run bit for bit;
-``env_steps`` is a ``psum`` and ``turns`` a ``pmax``. The catalog is replicated.
+``env_steps`` is a ``psum`` and ``turns`` a ``pmax``. The catalog is replicated, or its
+embedding rows are split over the same axis (``catalog.sharded_emb.place_catalog``): then
+the loops that read them run in lockstep across devices.
 
 ``run_on_host_devices`` runs a check in a fresh interpreter with
 ``--xla_force_host_platform_device_count``, which must be set before JAX starts.

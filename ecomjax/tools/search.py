@@ -5,6 +5,10 @@
 distractors and applies the top_k(d) cut. The step only reads the resolved ids, so a
 driver can skip this stage for a whole batch when no episode searches.
 
+With ``catalog.emb_axis`` set (a catalog whose embedding rows are split over a mesh axis,
+``catalog.sharded_emb``), ``_resolve_sharded`` ranks every device's queries on every
+device's rows and merges the blocks exactly, so the results equal the whole table's.
+
 Two documented simplifications of §5.1: filters and ``in_stock_only`` see the stock as it
 was at the start of the turn; a distractor that repeats an earlier distractor is dropped
 (each slot draws up to ``TRIES`` keyed candidates from its category and keeps the first
