@@ -6,22 +6,25 @@ bash scripts/setup.sh
 .venv/bin/ruff check .
 # One worker per core (ECOMJAX_TEST_WORKERS=0 runs in-process); see conftest.py for grouping.
 # A worker that crashes is not replaced: under --dist loadgroup, pytest-xdist 3.8 can wait
-# forever for a replaced worker (pytest-dev/pytest-xdist#1378), so a crash fails the run.
-pytest=(.venv/bin/python -m pytest -n "${ECOMJAX_TEST_WORKERS:-auto}" --dist loadgroup
-        --max-worker-restart=0)
+# forever for a replaced worker (pytest-dev/pytest-xdist#1378), so a crash ends the session.
+options=(-n "${ECOMJAX_TEST_WORKERS:-auto}" --dist loadgroup --max-worker-restart=0)
 # With paths given, run just those. Otherwise the device core and the host bridge run as two
 # sessions, so the bridge's native libraries (torch, FAISS, uvloop, the tokenizers) and its
 # server threads never share a process with the core's largest XLA compiles (a worker
 # holding both once died in XLA's compiler: docs/testing.md).
 for arg in "$@"; do
-    if [[ "$arg" != -* && -e "${arg%%::*}" ]]; then exec "${pytest[@]}" "$@"; fi
+    if [[ "$arg" != -* && -e "${arg%%::*}" ]]; then
+        exec .venv/bin/python -m pytest "${options[@]}" "$@"
+    fi
 done
 status=0
 session() {  # a -k that selects nothing in one session (pytest exit 5) is not a failure
+    # A session a worker crash ended runs the files it left unfinished once more, in new
+    # interpreters (XLA's compiler has crashed long-lived workers: docs/testing.md).
     local rc=0
-    "${pytest[@]}" "$@" || rc=$?
+    .venv/bin/python -m tests.support.rerun_crashed "${options[@]}" "$@" || rc=$?
     if ((rc != 0 && rc != 5 && status == 0)); then status=$rc; fi
 }
-session tests ecomjax train --ignore=tests/test_trl_example.py "$@"
-session llm_bridge tests/test_trl_example.py "$@"
+session --ignore=tests/test_trl_example.py "$@" -- tests ecomjax train
+session "$@" -- llm_bridge tests/test_trl_example.py
 exit "$status"
