@@ -264,6 +264,10 @@ def step(
     # A hard-failed turn delivers nothing, nor does a step after termination (absorbing):
     # one pass over the result rows for both.
     delivered = running & ~failed
+    # SPEC §5.1 keys each distractor by the episode's search-call counter, so a search
+    # repeated in a later turn draws afresh: count the calls this turn delivered.
+    n_calls = (action.tool == C.Tool.CATALOG_SEARCH).sum(dtype=jnp.int32)
+    world = world.replace(n_searches=world.n_searches + jnp.where(delivered, n_calls, 0))
 
     def mask(rows, empty):
         return jax.tree_util.tree_map(lambda a, b: jnp.where(delivered, a, b), rows, empty)

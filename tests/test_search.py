@@ -248,3 +248,43 @@ def test_category_scan_equals_the_full_scan(catalog, params, d):
             x, y, z = np.asarray(x), np.asarray(y), np.asarray(z)
             assert np.array_equal(x, y)
             assert np.array_equal(x[by_cat], z[by_cat])
+
+
+def test_the_search_call_counter_runs_over_the_episode(catalog, params):
+    """SPEC §5.1 keys each distractor by the episode's search-call counter. Over three
+    turns of two searches the counter reads 2, 4, 6; a hard-failed turn (7 calls over a
+    budget of 6) counts none; and the same search made again in a later turn draws other
+    distractors around the same true results. Until 2026-12-06 nothing advanced the
+    counter, so a repeated search drew exactly the same ones."""
+    from functools import partial
+
+    from ecomjax.core import step
+
+    d = 10  # b_tool 6, eps_rank 0.2: 20 distractors among 100 cards
+    states = _states(catalog, params, d)
+    q = np.asarray(catalog.cat_emb[3], np.float32)
+    call = Call(T.CATALOG_SEARCH, qty=500, enum_a=C.SortBy.PRICE_ASC, query=q)
+    two, over = make_action([call, call]), make_action([call] * 7)
+    over_budget = np.arange(NB) % 4 == 0
+    actions = _stack([over if o else two for o in over_budget])
+    one_turn = jax.jit(jax.vmap(partial(step, families=()), (None, 0, 0, None)), static_argnums=3)
+    first = _resolve(catalog, states, actions, params)
+    history = [states]
+    for t in (1, 2, 3):
+        states, _ = one_turn(catalog, states, actions, params)
+        history.append(states)
+        counter = np.asarray(states.world.n_searches)
+        assert np.all(counter[over_budget] == 0)
+        assert np.all(counter[~over_budget] == 2 * t)
+    # The second turn's first call, against the first turn's first call.
+    again = _resolve(catalog, history[1], actions, params)
+    ids0, ids1 = np.asarray(first.ids[:, 0]), np.asarray(again.ids[:, 0])
+    lanes = np.flatnonzero(~over_budget)
+    differ = [b for b in lanes if not np.array_equal(ids0[b], ids1[b])]
+    assert len(differ) == lanes.size  # 20 keyed positions and draws: never all equal
+    key = _keys(catalog, C.SortBy.PRICE_ASC)
+    allp = np.arange(catalog.n_products)
+    truth = allp[np.lexsort((allp, -key))][:80]
+    for b in lanes:
+        for row in (ids0[b], ids1[b]):
+            assert np.array_equal(row[np.isin(row, truth)], truth)
