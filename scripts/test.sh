@@ -7,7 +7,9 @@ bash scripts/setup.sh
 # One worker per core (ECOMJAX_TEST_WORKERS=0 runs in-process); see conftest.py for grouping.
 # A worker that crashes is not replaced: under --dist loadgroup, pytest-xdist 3.8 can wait
 # forever for a replaced worker (pytest-dev/pytest-xdist#1378), so a crash ends the session.
-options=(-n "${ECOMJAX_TEST_WORKERS:-auto}" --dist loadgroup --max-worker-restart=0)
+# --capture=sys: what native code writes to fd 2 as it dies (an XLA check, LLVM's out of
+# memory, glibc's heap checks) reaches the log instead of pytest's capture file.
+options=(-n "${ECOMJAX_TEST_WORKERS:-auto}" --dist loadgroup --max-worker-restart=0 --capture=sys)
 # With paths given, run just those. Otherwise the device core and the host bridge run as two
 # sessions, so the bridge's native libraries (torch, FAISS, uvloop, the tokenizers) and its
 # server threads never share a process with the core's largest XLA compiles (a worker
