@@ -48,6 +48,39 @@ SHARED_COMPILES = {
 }
 
 
+# Every executable XLA:CPU loads keeps its JIT code in memory mappings until the jit cache
+# that holds it is cleared, and Linux caps a process at vm.max_map_count mappings (65,530
+# here). A worker that had compiled for ~30 min hit the cap: LLVM's "Unable to allocate
+# section memory!" and an abort, with gigabytes of RAM free (docs/testing.md). So once a
+# worker holds half the cap, the next test teardown clears JAX's caches (programs still
+# needed recompile, mostly from the persistent cache).
+def _map_limit() -> int:
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read())
+    except OSError:  # not Linux: no such cap to watch
+        return 0
+
+
+_MAP_LIMIT = _map_limit()
+
+
+def _n_maps() -> int:
+    with open("/proc/self/maps", "rb") as f:
+        return f.read().count(b"\n")
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if not _MAP_LIMIT or (n_maps := _n_maps()) <= _MAP_LIMIT // 2:
+        return
+    import gc
+
+    jax.clear_caches()
+    gc.collect()
+    note = f"conftest: {n_maps} memory maps after {item.nodeid}; caches cleared: {_n_maps()}\n"
+    os.write(2, note.encode())
+
+
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", help="run the full (slow) sweeps")
 
