@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -73,8 +74,6 @@ def _n_maps() -> int:
 def pytest_runtest_teardown(item, nextitem):
     if not _MAP_LIMIT or (n_maps := _n_maps()) <= _MAP_LIMIT // 2:
         return
-    import gc
-
     jax.clear_caches()
     gc.collect()
     note = f"conftest: {n_maps} memory maps after {item.nodeid}; caches cleared: {_n_maps()}\n"

@@ -22,7 +22,7 @@ done
 status=0
 session() {  # a -k that selects nothing in one session (pytest exit 5) is not a failure
     # A session a worker crash ended runs the files it left unfinished once more, in new
-    # interpreters (XLA's compiler has crashed long-lived workers: docs/testing.md).
+    # interpreters (long-lived workers ran out of memory maps: docs/testing.md).
     local rc=0
     .venv/bin/python -m tests.support.rerun_crashed "${options[@]}" "$@" || rc=$?
     if ((rc != 0 && rc != 5 && status == 0)); then status=$rc; fi

@@ -146,6 +146,12 @@ def test_batched_stage_equals_per_episode_resolution(catalog, params):
     assert np.all(np.asarray(b.ids)[~np.asarray(live)] == -1)
 
 
+def _by_price(catalog):
+    """Every product in a price-ascending search's order (ties by index)."""
+    allp = np.arange(catalog.n_products)
+    return allp[np.lexsort((allp, -_keys(catalog, C.SortBy.PRICE_ASC)))]
+
+
 @pytest.mark.parametrize("d", [4, 12, 20])
 def test_distractors_and_depth_cap(catalog, params, d):
     """n = min(top_k, top_k(d)); D = round(eps_rank(d) n) distractors; the first n - D true
@@ -160,9 +166,7 @@ def test_distractors_and_depth_cap(catalog, params, d):
     n_dist = round(min(0.4, 0.02 * d) * n)
     got = np.asarray(res.ids[:, 0])
     assert np.all(np.asarray(res.top_k[:, 0]) == n)
-    key = _keys(catalog, C.SortBy.PRICE_ASC)
-    allp = np.arange(catalog.n_products)
-    truth = allp[np.lexsort((allp, -key))][: n - n_dist]
+    truth = _by_price(catalog)[: n - n_dist]
     for b in range(NB):
         row = got[b][got[b] >= 0]
         assert n - n_dist <= row.size <= n
@@ -269,22 +273,19 @@ def test_the_search_call_counter_runs_over_the_episode(catalog, params):
     actions = _stack([over if o else two for o in over_budget])
     one_turn = jax.jit(jax.vmap(partial(step, families=()), (None, 0, 0, None)), static_argnums=3)
     first = _resolve(catalog, states, actions, params)
-    history = [states]
     for t in (1, 2, 3):
         states, _ = one_turn(catalog, states, actions, params)
-        history.append(states)
+        if t == 1:
+            again = _resolve(catalog, states, actions, params)  # turn 2's searches
         counter = np.asarray(states.world.n_searches)
         assert np.all(counter[over_budget] == 0)
         assert np.all(counter[~over_budget] == 2 * t)
     # The second turn's first call, against the first turn's first call.
-    again = _resolve(catalog, history[1], actions, params)
     ids0, ids1 = np.asarray(first.ids[:, 0]), np.asarray(again.ids[:, 0])
     lanes = np.flatnonzero(~over_budget)
     differ = [b for b in lanes if not np.array_equal(ids0[b], ids1[b])]
     assert len(differ) == lanes.size  # 20 keyed positions and draws: never all equal
-    key = _keys(catalog, C.SortBy.PRICE_ASC)
-    allp = np.arange(catalog.n_products)
-    truth = allp[np.lexsort((allp, -key))][:80]
+    truth = _by_price(catalog)[: 100 - 20]  # n = 200 - 10 d, D = 0.2 n at d = 10
     for b in lanes:
         for row in (ids0[b], ids1[b]):
             assert np.array_equal(row[np.isin(row, truth)], truth)

@@ -1,13 +1,14 @@
 """Run pytest, and run once more, in a fresh session, the test files a crashed xdist
 worker left unfinished.
 
-Why: XLA's CPU compiler has now killed long-lived test workers five times (segmentation
-faults and aborts in compiles that pass alone: docs/testing.md), and pytest-xdist 3.8
-cannot replace a worker under ``--dist loadgroup`` without hanging (pytest-dev/pytest-xdist
-#1378), so ``scripts/test.sh`` runs with ``--max-worker-restart=0`` and a crash ends the
-session. A second session in new interpreters reruns what the crash left unfinished. It
-reruns only when a worker died and no test failed for any other reason, and only once: a
-test that crashes every time, or a real failure, still fails the run.
+Why: long-lived test workers died in XLA compiles when they ran out of memory maps
+(vm.max_map_count; docs/testing.md). The root conftest.py now clears JAX's caches before
+that, and this is the second line of defence: pytest-xdist 3.8 cannot replace a worker
+under ``--dist loadgroup`` without hanging (pytest-dev/pytest-xdist#1378), so
+``scripts/test.sh`` runs with ``--max-worker-restart=0`` and a crash ends the session; a
+second session in new interpreters reruns what the crash left unfinished. It reruns only
+when a worker died and no test failed for any other reason, and only once: a test that
+crashes every time, or a real failure, still fails the run.
 
 As a pytest plugin (``-p tests.support.rerun_crashed``) the controller writes a ledger
 (collected, finished, crashed and otherwise failed node ids) to ``$ECOMJAX_CRASH_LEDGER``.
