@@ -2,14 +2,17 @@
 one process on the same inputs (rows to ``results/search_helpers.jsonl``):
 
 - the distractor mix (``tools.search._mix_distractors``) with its distractor slots chosen
-  by a double argsort or by ``compact.smallest``, and its membership test by sort +
-  binary search or by comparing every pair, for one chunk of 32 searches;
+  by Floyd's algorithm (``bits.distinct_positions``, today's) or as the lowest of R keyed
+  priorities (by a double argsort or by ``compact.smallest``, what it replaced), and its
+  membership test by sort + binary search or by comparing every pair, for one chunk of 32
+  searches;
 - ``jnp.searchsorted`` by its default loop, unrolled, and by comparing every pair, for
   [4096, 64] tests of 4,096 sorted 100-entry tables (the order-history draw's shape).
 
     python benchmarks/search_helpers.py
 
-Every variant's output is checked equal to the first one's before it is timed.
+Every variant's output is checked equal to the first one's that draws its distractor slots
+the same way, and every mix to hold the true results in order, before it is timed.
 """
 
 from __future__ import annotations
@@ -42,6 +45,20 @@ def argsort_select(prio, n_dist, max_dist):
     return jnp.argsort(jnp.argsort(prio)) < n_dist
 
 
+def priority_positions(select):
+    """Distractor slots as the n_dist lowest of R keyed priorities (what Floyd's replaced)."""
+
+    def positions(key, total, n_dist, max_dist):
+        slots = jnp.arange(R)
+        prio = jnp.where(slots < total, jax.random.uniform(key, (R,)), 2.0)
+        return select(prio, n_dist, max_dist) & (slots < total)
+
+    return positions
+
+
+SELECT = {"argsort": argsort_select, "smallest": smallest}
+
+
 def compare_all(true_ids, is_true, cand):
     """Membership by comparing every pair (what sort + binary search replaced)."""
     return (cand[..., None] == jnp.where(is_true, true_ids, -1)).any(-1)
@@ -67,7 +84,7 @@ def mix(key, catalog, true_ids, n_true, n_dist, max_dist, select: str, member: s
         n_true,
         n_dist,
         max_dist,
-        select=argsort_select if select == "argsort" else smallest,
+        positions=None if select == "floyd" else priority_positions(SELECT[select]),
         member=compare_all if member == "compare_all" else searchsorted_member(member),
     )
 
@@ -98,15 +115,19 @@ def main(argv: list[str] | None = None) -> int:
     ids = perm(jax.random.split(jax.random.key(6), n)).astype(jnp.int32)
     inputs = (keys, ids, jnp.full(n, 150), jnp.full(n, 20))
     variants = [("argsort", "scan"), ("argsort", "compare_all"), ("smallest", "scan"),
-                ("smallest", "compare_all"), ("smallest", "scan_unrolled")]  # fmt: skip
-    ref = None
+                ("smallest", "compare_all"), ("smallest", "scan_unrolled"), ("floyd", "scan"),
+                ("floyd", "compare_all")]  # fmt: skip
+    refs: dict[bool, np.ndarray] = {}
+    true_ids = np.asarray(ids)
     for select, member in variants:
         f = jax.jit(
             jax.vmap(lambda k, i, t, d, s=select, m=member: mix(k, catalog, i, t, d, 20, s, m))
         )
         out = np.asarray(f(*inputs))
-        ref = out if ref is None else ref
+        ref = refs.setdefault(select == "floyd", out)
         assert np.array_equal(out, ref), (select, member)
+        for row, true in zip(out, true_ids, strict=True):
+            assert [x for x in row if x in set(true[:150])] == list(true[:150]), select
         us = timed(f, inputs, args.repeats, 50) / n * 1e6
         rows.append(
             {"bench": "distractor_mix", "select": select, "member": member, "us_per_search": us}

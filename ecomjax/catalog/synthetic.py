@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ecomjax.bits import below, u01
 from ecomjax.catalog.embedder import embed_texts, hash_token, raw_counts
 from ecomjax.catalog.types import Catalog, CatalogTables
 from ecomjax.catalog.vocabulary import (
@@ -180,27 +181,10 @@ def _emb_tables(dim: int) -> dict[str, np.ndarray]:
 # --- device generation ---------------------------------------------------------------------
 
 
-def _below(bits: jax.Array, k: jax.Array | int) -> jax.Array:
-    """Uniform integer in {0..k-1}: floor(bits * k / 2**32) in 32-bit arithmetic.
-
-    Why not ``jax.random.randint``: it needs a key (more hashing) per draw, and it
-    dominated the 2M build. The multiply-shift map has bias below k / 2**32 (k < 2**15).
-    """
-    k = jnp.asarray(k).astype(jnp.uint32)
-    hi, lo = bits >> 16, bits & jnp.uint32(0xFFFF)
-    return ((hi * k + ((lo * k) >> 16)) >> 16).astype(jnp.int32)
-
-
-def _u01(bits: jax.Array) -> jax.Array:
-    """Uniform float32 in [0, 1) from the top 23 bits (as ``jax.random.uniform``)."""
-    one = jax.lax.bitcast_convert_type((bits >> 9) | jnp.uint32(0x3F800000), jnp.float32)
-    return one - 1.0
-
-
 def _normal(bits: jax.Array) -> jax.Array:
     """Standard normal by inverse CDF, sqrt(2) erfinv(U(-1, 1)) (as ``jax.random.normal``)."""
     lo = np.nextafter(np.float32(-1.0), np.float32(0.0))
-    u = jnp.maximum(lo, _u01(bits) * 2.0 - 1.0)
+    u = jnp.maximum(lo, u01(bits) * 2.0 - 1.0)
     return np.float32(np.sqrt(2.0)) * jax.lax.erf_inv(u)
 
 
@@ -219,17 +203,17 @@ def _poisson(bits: jax.Array, lam: float) -> jax.Array:
     of products, cost more than the rest of the catalog together.
     """
     cdf = jnp.asarray(_poisson_cdf(lam))
-    return jnp.searchsorted(cdf, _u01(bits), side="right").astype(jnp.int32)
+    return jnp.searchsorted(cdf, u01(bits), side="right").astype(jnp.int32)
 
 
 def _geometric(bits: jax.Array, p: float) -> jax.Array:
     """Trials to the first success, >= 1 (as ``jax.random.geometric``)."""
-    return jnp.floor(jnp.log1p(-_u01(bits)) / np.log1p(-p)).astype(jnp.int32) + 1
+    return jnp.floor(jnp.log1p(-u01(bits)) / np.log1p(-p)).astype(jnp.int32) + 1
 
 
 def _beta_int(bits: jax.Array, a: int, b: int) -> jax.Array:
     """Beta(a, b) for integer a, b as Ga/(Ga+Gb), each Gamma a sum of exponentials."""
-    e = -jnp.log1p(-_u01(bits[: a + b]))
+    e = -jnp.log1p(-u01(bits[: a + b]))
     ga = jnp.sum(e[:a])
     return ga / (ga + jnp.sum(e[a:]))
 
@@ -241,7 +225,7 @@ def _distinct(bits: jax.Array, k: int, m: int) -> jax.Array:
     c = x + #{earlier picks <= c}; iterating from c = x reaches it in j steps, all cheap
     scalar compares (a permutation's sort was the slowest part of the build).
     """
-    xs = _below(bits[:m], k - jnp.arange(m))
+    xs = below(bits[:m], k - jnp.arange(m))
     picks: list[jax.Array] = []
     for j in range(m):
         c = xs[j]
@@ -265,12 +249,12 @@ def _draw_product(ckey: jax.Array, i: jax.Array, dev: dict[str, jax.Array]) -> d
     m = _meta()
     w = _field_bits(ckey, i)
 
-    cat = _below(w["cat"], m.n_cat)
-    noun = dev["noun_offset"][cat] + _below(w["noun"], dev["noun_count"][cat])
-    adj = _below(w["adj"], len(ADJECTIVES))
-    brand = _below(w["brand"], len(BRANDS))
-    store = _below(w["store"], len(STORES))
-    model = MODEL_MIN + _below(w["model"], MODEL_MAX - MODEL_MIN + 1)
+    cat = below(w["cat"], m.n_cat)
+    noun = dev["noun_offset"][cat] + below(w["noun"], dev["noun_count"][cat])
+    adj = below(w["adj"], len(ADJECTIVES))
+    brand = below(w["brand"], len(BRANDS))
+    store = below(w["store"], len(STORES))
+    model = MODEL_MIN + below(w["model"], MODEL_MAX - MODEL_MIN + 1)
 
     price = jnp.exp(3.0 + 1.2 * _normal(w["price"]))
     price_cents = jnp.floor(jnp.clip(price, 0.99, 9999.99) * 100.0 + 0.5).astype(jnp.int32)
@@ -278,11 +262,11 @@ def _draw_product(ckey: jax.Array, i: jax.Array, dev: dict[str, jax.Array]) -> d
     rating_x100 = jnp.clip(jnp.floor(rating * 100.0 + 0.5), 100, 500).astype(jnp.int16)
     rating_count = _poisson(w["rating_count"], 150.0)
     ship = jnp.clip(_geometric(w["ship"], 0.3), 1, 14).astype(jnp.int8)
-    zero = _u01(w["stock_zero"]) < 0.1
+    zero = u01(w["stock_zero"]) < 0.1
     stock = jnp.where(zero, 0, jnp.maximum(1, _poisson(w["stock"], 20.0))).astype(jnp.int16)
 
     def code(field: str, attr: Attr) -> jax.Array:
-        return _below(w[field], CATALOG_VOCAB_SIZE[attr])
+        return below(w[field], CATALOG_VOCAB_SIZE[attr])
 
     none = jnp.int32(-1)
     disc = [none] * len(DISC_ATTRS)
@@ -299,8 +283,8 @@ def _draw_product(ckey: jax.Array, i: jax.Array, dev: dict[str, jax.Array]) -> d
 
     nan = jnp.float32(jnp.nan)
     watt_ok = dev["is_charger"][cat] | dev["noun_power"][noun]
-    watt = dev["wattage"][_below(w["wattage"], len(WATTAGE_VALUES))]
-    screen = dev["screen"][_below(w["screen"], len(SCREEN_VALUES))]
+    watt = dev["wattage"][below(w["wattage"], len(WATTAGE_VALUES))]
+    screen = dev["screen"][below(w["screen"], len(SCREEN_VALUES))]
     weight = jnp.exp(2.0 + _normal(w["weight"]))
     weight = jnp.floor(weight * 10.0 + 0.5) / 10.0
     num = [nan] * len(NUM_ATTRS)
@@ -310,11 +294,11 @@ def _draw_product(ckey: jax.Array, i: jax.Array, dev: dict[str, jax.Array]) -> d
 
     # Catalog variants: 2-4 of them, with distinct colours.
     nv = MAX_VARIANTS
-    live = jnp.arange(nv) < 2 + _below(w["vcount"], nv - 1)
+    live = jnp.arange(nv) < 2 + below(w["vcount"], nv - 1)
     vcount = jnp.sum(live)
     vcolor = jnp.where(live, _distinct(w["vcolor"], CATALOG_VOCAB_SIZE[Attr.COLOR], nv), -1)
-    vsize = jnp.where(live & has_size, _below(w["vsize"][:nv], CATALOG_VOCAB_SIZE[Attr.SIZE]), -1)
-    u = _u01(w["vdelta"][:nv]) * 0.2 - 0.1
+    vsize = jnp.where(live & has_size, below(w["vsize"][:nv], CATALOG_VOCAB_SIZE[Attr.SIZE]), -1)
+    u = u01(w["vdelta"][:nv]) * 0.2 - 0.1
     vdelta = jnp.where(live, jnp.floor(u * price_cents + 0.5), 0).astype(jnp.int32)
     vstock = jnp.where(live & (stock > 0), _poisson(w["vstock"][:nv], 10.0), 0)
 

@@ -27,9 +27,10 @@ import jax.numpy as jnp
 from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax import exposure as X
+from ecomjax.bits import distinct_positions
 from ecomjax.catalog.sharded_emb import emb_dots, emb_rows, lockstep_max, row_offset
 from ecomjax.catalog.types import Catalog
-from ecomjax.compact import compact, first_true, in_sorted, smallest
+from ecomjax.compact import compact, first_true, in_sorted
 from ecomjax.kernels.sharded import merge_topk
 from ecomjax.kernels.topk import TopK, _finish, category_slice_topk, masked_topk
 from ecomjax.predicates import disc_values, filters_pass, num_values_scaled
@@ -212,18 +213,21 @@ def _mix_distractors(
     n_dist: jax.Array,
     max_dist: int = R,
     *,
-    select: Callable[[jax.Array, jax.Array, int], jax.Array] = smallest,
+    positions: Callable[[jax.Array, jax.Array, jax.Array, int], jax.Array] | None = None,
     member: Callable[[jax.Array, jax.Array, jax.Array], jax.Array] = _true_member,
 ) -> jax.Array:
     """Interleave n_dist keyed distractors at distinct positions among n_true + n_dist.
-    ``max_dist`` (static) bounds n_dist (``max_distractors``). ``select`` (the n_dist
-    lowest slot priorities) and ``member`` (candidate among the true results) are
-    parameters so that ``benchmarks/search_helpers.py`` times what they replaced here."""
+    ``max_dist`` (static) bounds n_dist (``max_distractors``). ``positions`` (key, total,
+    n_dist, max_dist -> bool [R], the distractor slots) and ``member`` (candidate among
+    the true results) are parameters so that ``benchmarks/search_helpers.py`` times what
+    they replaced here."""
     slots = jnp.arange(R)
     total = n_true + n_dist
-    prio = jax.random.uniform(jax.random.fold_in(key, 0), (R,))
-    prio = jnp.where(slots < total, prio, 2.0)
-    is_dist = select(prio, n_dist, max_dist) & (slots < total)
+    pkey = jax.random.fold_in(key, 0)
+    if positions is None:
+        is_dist = distinct_positions(jax.random.bits(pkey, (max_dist,)), total, n_dist, R)
+    else:
+        is_dist = positions(pkey, total, n_dist, max_dist)
     t_before = jnp.cumsum(~is_dist & (slots < total)) - (~is_dist & (slots < total))
     # Category of the next true item to emit, else the last emitted; whole catalog if none.
     # Draws only for the distractor slots (at most ``max_dist``, in slot order): the
