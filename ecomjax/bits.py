@@ -1,5 +1,6 @@
 """Uniform values from raw hashed words (``jax.random.bits``), shared by the synthetic
-catalog and the search's distractor positions: one threefry word per value, where
+catalog, the search's distractor positions and the generators' rejection draws
+(``sampling.first_valid``): one threefry word per value, where
 ``jax.random.randint`` or ``uniform`` per value would hash a key each."""
 
 from __future__ import annotations
@@ -17,6 +18,18 @@ def below(bits: jax.Array, k: jax.Array | int) -> jax.Array:
     k = jnp.asarray(k).astype(jnp.uint32)
     hi, lo = bits >> 16, bits & jnp.uint32(0xFFFF)
     return ((hi * k + ((lo * k) >> 16)) >> 16).astype(jnp.int32)
+
+
+def below_wide(bits: jax.Array, k: jax.Array | int) -> jax.Array:
+    """Uniform integer in {0..k-1} for any k < 2**31 (catalog positions at N = 2M):
+    floor(bits * k / 2**32) by 16-bit limbs, since 32-bit products would overflow.
+    Bias below k / 2**32 (5e-4 at k = 2M, 2e-5 at 100k)."""
+    k = jnp.asarray(k).astype(jnp.uint32)
+    m16 = jnp.uint32(0xFFFF)
+    bh, bl, kh, kl = bits >> 16, bits & m16, k >> 16, k & m16
+    s1 = bh * kl + ((bl * kl) >> 16)
+    s2 = bl * kh + (s1 & m16)
+    return (bh * kh + (s1 >> 16) + (s2 >> 16)).astype(jnp.int32)
 
 
 def u01(bits: jax.Array) -> jax.Array:

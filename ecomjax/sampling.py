@@ -10,11 +10,13 @@ import jax.numpy as jnp
 
 from ecomjax import constants as C
 from ecomjax import difficulty as D
+from ecomjax.bits import below_wide
 from ecomjax.catalog.types import Catalog
 from ecomjax.compact import compact
 from ecomjax.types import EnvParams, Problem, empty_problem
 
 TRIES = 64
+CHUNK = 8
 N_TODAY = 365
 
 
@@ -31,12 +33,34 @@ def first_valid(
     hi: jax.Array,
     ok: Callable[[jax.Array], jax.Array],
     tries: int = TRIES,
+    chunk: int = CHUNK,
 ) -> jax.Array:
     """A keyed uniform draw from positions [lo, hi) that satisfy ``ok``; -1 if every try
-    fails. Uniform over the valid positions, since tries are i.i.d."""
-    cand = jax.random.randint(key, (tries,), 0, jnp.maximum(hi - lo, 1)) + lo
-    good = jax.vmap(ok)(cand) & (hi > lo)
-    return jnp.where(good.any(), cand[jnp.argmax(good)], -1)
+    fails. Uniform over the valid positions, since tries are i.i.d.
+
+    Tries come ``chunk`` at a time (chunk c from ``fold_in(key, c)``, one hashed word a
+    try) until one passes: most draws pass in their first chunk, so hashing and testing
+    all ``tries`` up front (64 ``randint`` values: 2 words and a key split each) spent
+    most of the history-building generators' time. Under ``vmap`` the loop runs to the
+    slowest lane's chunk; a lane that is done keeps its answer."""
+    chunk = min(chunk, tries)
+    n_chunks = -(-tries // chunk)
+    span = jnp.maximum(hi - lo, 1)
+
+    def more(carry):
+        c, found = carry
+        return (found < 0) & (c < n_chunks)
+
+    def next_chunk(carry):
+        c, _ = carry
+        words = jax.random.bits(jax.random.fold_in(key, c), (chunk,), jnp.uint32)
+        cand = lo + below_wide(words, span)
+        good = jax.vmap(ok)(cand) & (c * chunk + jnp.arange(chunk) < tries)
+        return c + 1, jnp.where(good.any(), cand[jnp.argmax(good)], -1)
+
+    start = jnp.where(hi > lo, 0, n_chunks)  # an empty range draws nothing
+    _, found = jax.lax.while_loop(more, next_chunk, (jnp.int32(start), jnp.int32(-1)))
+    return found
 
 
 def in_category(catalog: Catalog, cat: jax.Array) -> tuple[jax.Array, jax.Array]:
