@@ -27,6 +27,47 @@ def stream(key: jax.Array, name: str, *indices) -> jax.Array:
     return key
 
 
+def first_try(
+    key: jax.Array,
+    draw: Callable[[jax.Array], object],
+    ok: Callable[[object], jax.Array],
+    tries: int = TRIES,
+    chunk: int = CHUNK,
+    empty: jax.Array | bool = False,
+) -> tuple[jax.Array, object]:
+    """(found, value): the first of up to ``tries`` i.i.d. keyed tries that passes ``ok``,
+    else the first try. ``draw(k)`` makes ``chunk`` tries (a pytree with a leading
+    [chunk] axis) from chunk c's key ``fold_in(key, c)``.
+
+    Tries come a chunk at a time until one passes: most draws pass in their first chunk,
+    so hashing and testing every try up front (64 ``randint`` values: 2 words and a key
+    split each) spent most of the history-building generators' time. Under ``vmap`` the
+    loop runs to the slowest lane's chunk; a lane that is done keeps its answer. A lane
+    known to have no valid try (``empty``) draws nothing (zeros), so it cannot hold the
+    batch's loop for every chunk."""
+    chunk = min(chunk, tries)
+    n_chunks = -(-tries // chunk)
+    shapes = jax.eval_shape(draw, key)
+    value = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape[1:], s.dtype), shapes)
+
+    def more(carry):
+        c, found, _ = carry
+        return ~found & (c < n_chunks)
+
+    def next_chunk(carry):
+        c, _, value = carry
+        cand = draw(jax.random.fold_in(key, c))
+        good = jax.vmap(ok)(cand) & (c * chunk + jnp.arange(chunk) < tries)
+        pick = jnp.where(good.any(), jnp.argmax(good), 0)
+        keep = ~good.any() & (c > 0)  # no pass: the first try stays
+        new = jax.tree_util.tree_map(lambda x, v: jnp.where(keep, v, x[pick]), cand, value)
+        return c + 1, good.any(), new
+
+    start = jnp.where(empty, n_chunks, 0).astype(jnp.int32)
+    _, found, value = jax.lax.while_loop(more, next_chunk, (start, jnp.bool_(False), value))
+    return found, value
+
+
 def first_valid(
     key: jax.Array,
     lo: jax.Array,
@@ -36,31 +77,15 @@ def first_valid(
     chunk: int = CHUNK,
 ) -> jax.Array:
     """A keyed uniform draw from positions [lo, hi) that satisfy ``ok``; -1 if every try
-    fails. Uniform over the valid positions, since tries are i.i.d.
-
-    Tries come ``chunk`` at a time (chunk c from ``fold_in(key, c)``, one hashed word a
-    try) until one passes: most draws pass in their first chunk, so hashing and testing
-    all ``tries`` up front (64 ``randint`` values: 2 words and a key split each) spent
-    most of the history-building generators' time. Under ``vmap`` the loop runs to the
-    slowest lane's chunk; a lane that is done keeps its answer."""
-    chunk = min(chunk, tries)
-    n_chunks = -(-tries // chunk)
+    fails. Uniform over the valid positions, since tries are i.i.d. (``first_try``; one
+    hashed word a try, mapped to a position by multiply-shift)."""
     span = jnp.maximum(hi - lo, 1)
 
-    def more(carry):
-        c, found = carry
-        return (found < 0) & (c < n_chunks)
+    def draw(k):
+        return lo + below_wide(jax.random.bits(k, (min(chunk, tries),), jnp.uint32), span)
 
-    def next_chunk(carry):
-        c, _ = carry
-        words = jax.random.bits(jax.random.fold_in(key, c), (chunk,), jnp.uint32)
-        cand = lo + below_wide(words, span)
-        good = jax.vmap(ok)(cand) & (c * chunk + jnp.arange(chunk) < tries)
-        return c + 1, jnp.where(good.any(), cand[jnp.argmax(good)], -1)
-
-    start = jnp.where(hi > lo, 0, n_chunks)  # an empty range draws nothing
-    _, found = jax.lax.while_loop(more, next_chunk, (jnp.int32(start), jnp.int32(-1)))
-    return found
+    found, pos = first_try(key, draw, ok, tries, chunk, empty=hi <= lo)
+    return jnp.where(found, pos, -1)
 
 
 def in_category(catalog: Catalog, cat: jax.Array) -> tuple[jax.Array, jax.Array]:

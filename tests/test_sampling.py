@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from ecomjax.bits import below_wide
-from ecomjax.sampling import first_valid
+from ecomjax.sampling import first_try, first_valid
 
 KEYS = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(7), i))(jnp.arange(8192))
 
@@ -73,3 +73,28 @@ def test_below_wide_is_the_exact_multiply_shift():
     for k in (1, 2, 7, 1000, 65_535, 65_536, 100_000, 2_000_000, 2**31 - 1):
         want = (w64 * np.uint64(k)) >> np.uint64(32)
         np.testing.assert_array_equal(np.asarray(below_wide(words, k)), want.astype(np.int64))
+
+
+def _pair_draw(k):
+    """A pytree of tries: a position and a float tag derived from it."""
+    pos = below_wide(jax.random.bits(k, (8,), jnp.uint32), 1000)
+    return {"pos": pos, "tag": pos.astype(jnp.float32) / 4}
+
+
+def test_first_try_keeps_a_pytree_together_and_falls_back_to_the_first_try():
+    def run(ok, empty=False):
+        return jax.vmap(lambda k: first_try(k, _pair_draw, ok, 64, 8, empty))(KEYS[:2048])
+
+    found, v = run(lambda t: t["pos"] % 97 == 3)
+    f = np.asarray(found)
+    assert 0 < f.mean() < 1
+    np.testing.assert_array_equal(np.asarray(v["tag"]), np.asarray(v["pos"]) / 4)
+    assert (np.asarray(v["pos"])[f] % 97 == 3).all()
+    # No try passes: the value is chunk 0's first try.
+    found, v = run(lambda t: t["pos"] < 0)
+    first = jax.vmap(lambda k: _pair_draw(jax.random.fold_in(k, 0))["pos"][0])(KEYS[:2048])
+    assert not np.asarray(found).any()
+    np.testing.assert_array_equal(np.asarray(v["pos"]), np.asarray(first))
+    # A lane marked empty draws nothing, even where every try would pass.
+    found, v = run(lambda t: jnp.bool_(True), empty=jnp.bool_(True))
+    assert not np.asarray(found).any() and (np.asarray(v["pos"]) == 0).all()

@@ -20,9 +20,9 @@ from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax import policy_rules as P
 from ecomjax.catalog.types import Catalog
-from ecomjax.envs.policy.context import draw_context, draw_tries, field_bounds
+from ecomjax.envs.policy.context import draw_context, draw_in, draw_tries, field_bounds
 from ecomjax.envs.policy.near_miss import near_miss_question
-from ecomjax.sampling import TRIES, base_problem, omission, stream
+from ecomjax.sampling import CHUNK, base_problem, first_try, omission, stream
 from ecomjax.types import MAX_FACTS, EnvParams, Problem
 
 S = C.Slot
@@ -43,16 +43,22 @@ def rule_fields(rule: jax.Array) -> jax.Array:
 
 def context_for_rule(key: jax.Array, rule: jax.Array) -> jax.Array:
     """SPEC §9.5 step 2: a full context of the rule's topic where the rule wins (``first``
-    topics; at most TRIES redraws of the free fields) or matches (``sum``). Fields outside
-    the topic are 0."""
+    topics; at most 64 redraws of the free fields, ``sampling.first_try``) or matches
+    (``sum``). Fields outside the topic are 0."""
     topic = jnp.asarray(T.rule_topic)[rule]
     constrained = rule_fields(rule)
-    tries = draw_tries(key, TRIES, *field_bounds(rule))
-    # Fields in r's conditions keep their first draw; the free fields are redrawn per try.
-    tries = jnp.where(constrained[None, :], tries[0][None, :], tries)
-    winners = jax.vmap(lambda ctx: P.evaluate_full(topic, ctx)[2])(tries)
-    wins = jnp.asarray(T.topic_sum)[topic] | (winners == rule)
-    ctx = tries[jnp.argmax(wins)]
+    box = field_bounds(rule)
+    k_fixed, k_tries = jax.random.split(key)
+    # Fields in r's conditions keep one draw; the free fields are redrawn per try.
+    fixed = draw_in(k_fixed, *box)
+
+    def draw(k):
+        return jnp.where(constrained[None, :], fixed[None, :], draw_tries(k, CHUNK, *box))
+
+    def wins(ctx):
+        return jnp.asarray(T.topic_sum)[topic] | (P.evaluate_full(topic, ctx)[2] == rule)
+
+    _, ctx = first_try(k_tries, draw, wins)
     return jnp.where(jnp.asarray(T.topic_fields)[topic], ctx, 0.0)
 
 
@@ -71,7 +77,7 @@ def sample_question(key: jax.Array, b_branch: jax.Array):
     ctx = context_for_rule(k_ctx, rule)
     k_take, k_nm = jax.random.split(jax.random.fold_in(key, NEAR_MISS_TAG))
     take = (b_branch >= 2) & jax.random.bernoulli(k_take, P_NEAR_MISS)
-    nm_rule, nm_ctx, _, _, nm_ok = near_miss_question(k_nm, c)
+    nm_rule, nm_ctx, _, _, nm_ok = near_miss_question(k_nm, c, skip=~take)
     near = take & nm_ok
     rule = jnp.where(near, nm_rule, rule)
     ctx = jnp.where(near, nm_ctx, ctx)

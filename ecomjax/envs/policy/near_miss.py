@@ -28,6 +28,7 @@ import numpy as np
 
 from ecomjax import policy_rules as P
 from ecomjax.envs.policy.context import bounds, draw_tries, rule_conditions
+from ecomjax.sampling import CHUNK, first_try
 
 T = P.TABLES
 OP = P.OP_INDEX
@@ -123,12 +124,13 @@ def draw_target(key: jax.Array, c: jax.Array) -> jax.Array:
     return jax.random.categorical(key, logits).astype(jnp.int32)
 
 
-def near_miss_context(key: jax.Array, rule: jax.Array, c: jax.Array):
+def near_miss_context(key: jax.Array, rule: jax.Array, c: jax.Array, skip=False):
     """(context [N_FIELDS], missed rule m, missed clause j, ok) for a target: (m, j) drawn
     uniformly among the rule's feasible pairs with m of ≥ C_EFF(c) clauses, and a context
     uniform over the box {r's conditions, m's other clauses, not m's clause j}, redrawn
     whole (at most TRIES times) until r wins. ok is False if r has no such pair or every try
-    failed. Fields outside the topic are 0."""
+    failed (or ``skip``: the question will not be asked, so nothing is drawn). Fields
+    outside the topic are 0."""
     k_m, k_ctx = jax.random.split(key)
     big = jnp.asarray(T.rule_ncond) >= jnp.asarray(C_EFF)[c - 1]
     pairs = (jnp.asarray(NEAR)[rule] & big[:, None]).reshape(-1)
@@ -139,16 +141,21 @@ def near_miss_context(key: jax.Array, rule: jax.Array, c: jax.Array):
     rf, ro, rv, rm = rule_conditions(rule)
     cat = jnp.concatenate
     box = bounds(cat([rf, mf]), cat([ro, mo]), cat([rv, mv]), cat([rm, mm]))
-    tries = draw_tries(k_ctx, TRIES, *box)
     topic = jnp.asarray(T.rule_topic)[rule]
-    wins = jax.vmap(lambda ctx: P.evaluate_full(topic, ctx)[2] == rule)(tries)
-    ctx = jnp.where(jnp.asarray(T.topic_fields)[topic], tries[jnp.argmax(wins)], 0.0)
-    return ctx, m, j, wins.any() & pairs.any()
+    found, ctx = first_try(
+        k_ctx,
+        lambda k: draw_tries(k, CHUNK, *box),
+        lambda ctx: P.evaluate_full(topic, ctx)[2] == rule,
+        TRIES,
+        empty=skip | ~pairs.any(),
+    )
+    ctx = jnp.where(jnp.asarray(T.topic_fields)[topic], ctx, 0.0)
+    return ctx, m, j, found & pairs.any()
 
 
-def near_miss_question(key: jax.Array, c: jax.Array):
+def near_miss_question(key: jax.Array, c: jax.Array, skip=False):
     """(rule, context, m, j, ok): a drawn target (``draw_target``) and its near-miss
     context (``near_miss_context``)."""
     k_r, k_ctx = jax.random.split(key)
     rule = draw_target(k_r, c)
-    return rule, *near_miss_context(k_ctx, rule, c)
+    return rule, *near_miss_context(k_ctx, rule, c, skip)
