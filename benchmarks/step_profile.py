@@ -30,6 +30,7 @@ import numpy as np
 from ecomjax import constants as C
 from ecomjax import curriculum as cur
 from ecomjax import difficulty as D
+from ecomjax import exposure as X
 from ecomjax.agents.base import batch_act
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.catalog.synthetic import generate_catalog
@@ -40,7 +41,7 @@ from ecomjax.registry import family, resolve_tasks
 from ecomjax.rollout import AGENT_STREAM, _by_family, max_turns_for, run_plan, step_batch
 from ecomjax.runner import make_plan
 from ecomjax.shocks import apply_shocks
-from ecomjax.tools.execute import mark_seen, run_tools
+from ecomjax.tools.execute import mark_searched_batch, mark_seen, run_tools
 from ecomjax.tools.search import resolve_batch
 from ecomjax.types import EnvParams
 from ecomjax.verify import ALL_FAMILIES
@@ -140,9 +141,11 @@ def profile(spec: str, catalog, batch: int, repeats: int, params: EnvParams) -> 
 
         return jax.vmap(one)(s)
 
-    def seen(c, w, r, a, live):
+    def seen(c, w, r, a, live):  # as step_batch marks: the search rows batch-wide if dense
         calls = turn_gates(a, live).calls
-        return jax.vmap(lambda w, r: mark_seen(w, r, c.n_products, calls))(w, r)
+        dense = X.is_dense(w)
+        w = jax.vmap(lambda w, r: mark_seen(w, r, c.n_products, calls, not dense))(w, r)
+        return mark_searched_batch(w, r.search, params.search_batch) if dense else w
 
     turns, env_steps = 0, 0
     for t in range(max_turns_for(envs)):
