@@ -124,7 +124,9 @@ def draw_target(key: jax.Array, c: jax.Array) -> jax.Array:
     return jax.random.categorical(key, logits).astype(jnp.int32)
 
 
-def near_miss_context(key: jax.Array, rule: jax.Array, c: jax.Array, skip=False):
+def near_miss_context(
+    key: jax.Array, rule: jax.Array, c: jax.Array, skip: jax.Array | bool = False
+):
     """(context [N_FIELDS], missed rule m, missed clause j, ok) for a target: (m, j) drawn
     uniformly among the rule's feasible pairs with m of ≥ C_EFF(c) clauses, and a context
     uniform over the box {r's conditions, m's other clauses, not m's clause j}, redrawn
@@ -153,7 +155,7 @@ def near_miss_context(key: jax.Array, rule: jax.Array, c: jax.Array, skip=False)
     return ctx, m, j, found & pairs.any()
 
 
-def near_miss_question(key: jax.Array, c: jax.Array, skip=False):
+def near_miss_question(key: jax.Array, c: jax.Array, skip: jax.Array | bool = False):
     """(rule, context, m, j, ok): a drawn target (``draw_target``) and its near-miss
     context (``near_miss_context``)."""
     k_r, k_ctx = jax.random.split(key)
