@@ -184,7 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Every subcommand compiles: a relaunch loads its programs from the persistent cache.
-    compile_cache.enable(args.compile_cache, enabled=not args.no_compile_cache)
+    try:
+        compile_cache.enable(args.compile_cache, enabled=not args.no_compile_cache)
+    except ValueError as err:  # a malformed cache setting in the environment
+        print(f"ecomjax: {err}", file=sys.stderr)
+        return 2
     return args.func(args)
 
 

@@ -4,6 +4,9 @@ A C8 rollout compiles for about a minute; with the cache a second launch of the 
 program on the same machine loads the executables instead. The cache lives in a user
 directory (``$ECOMJAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/ecomjax/jax``, else
 ``~/.cache/ecomjax/jax``); ``--no-compile-cache`` or ``ECOMJAX_CACHE_DIR=off`` turns it off.
+Only programs that compile for at least ``ECOMJAX_CACHE_MIN_COMPILE_S`` seconds (default
+0.5) are written: a timing threshold, so whether a borderline program is kept can vary with
+the machine's load; 0 keeps every program.
 Entries are keyed by JAX on the program, the compiler options and the backend, so a
 stale or foreign entry is never used, only recompiled.
 """
@@ -29,6 +32,21 @@ def default_dir() -> Path | None:
     return Path(base) / "ecomjax" / "jax"
 
 
+def min_compile_s() -> float:
+    """The compile time a program needs to be written, from ``$ECOMJAX_CACHE_MIN_COMPILE_S``."""
+    raw = os.environ.get("ECOMJAX_CACHE_MIN_COMPILE_S")
+    if raw is None or not raw.strip():
+        return MIN_COMPILE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        msg = f"ECOMJAX_CACHE_MIN_COMPILE_S must be a number of seconds, got {raw!r}"
+        raise ValueError(msg) from None
+    if not value >= 0:  # also rejects nan
+        raise ValueError(f"ECOMJAX_CACHE_MIN_COMPILE_S must be >= 0, got {raw!r}")
+    return value
+
+
 def enable(path: str | os.PathLike | None = None, enabled: bool = True) -> Path | None:
     """Turns the persistent cache on at ``path`` (default ``default_dir()``); returns the
     directory in use, or None when it stays off. Call before the first compile."""
@@ -40,7 +58,7 @@ def enable(path: str | os.PathLike | None = None, enabled: bool = True) -> Path 
     where.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_enable_compilation_cache", True)
     jax.config.update("jax_compilation_cache_dir", str(where))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_S)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", min_compile_s())
     return where
 
 
