@@ -6,7 +6,9 @@ and timed alone, turn by turn over a real batch of episodes, and summed per epis
 
 The batch plays the oracle turn by turn on the host; on each turn every stage runs on that
 turn's real states and actions (all B lanes, as inside the rollout's while loop, where an
-ended lane idles until the batch's longest episode ends). Stages: generate, reset, the
+ended lane idles until the batch's longest episode ends; a mixed plan's rollout goes on
+over its JOURNEY lanes alone once the others end, so for C8 the late turns' stages here
+cover all B lanes and read high against the round). Stages: generate, reset, the
 agent's act, retrieval, the tool loop, the customer's reply, stock shocks, Seen marking,
 the whole step (``rollout.step_batch``; the stages fuse differently inside it, so the parts
 need not add up to it), verify, and the curriculum update. Each is the median of
@@ -38,7 +40,16 @@ from ecomjax.core import _store_answer, reset, verify
 from ecomjax.customer import reply
 from ecomjax.gates import turn_gates
 from ecomjax.registry import family, resolve_tasks
-from ecomjax.rollout import AGENT_STREAM, _by_family, max_turns_for, run_plan, step_batch
+from ecomjax.rollout import (
+    AGENT_STREAM,
+    _by_family,
+    _take,
+    agent_runs,
+    max_turns_for,
+    narrowed_agents,
+    run_plan,
+    step_batch,
+)
 from ecomjax.runner import make_plan
 from ecomjax.shocks import apply_shocks
 from ecomjax.tools.execute import mark_searched_batch, mark_seen, run_tools
@@ -102,11 +113,26 @@ def profile(spec: str, catalog, batch: int, repeats: int, params: EnvParams) -> 
         problems,
     )
     akeys = jax.vmap(lambda k: jax.random.fold_in(k, AGENT_STREAM))(keys)
-    memory = jax.jit(jax.vmap(agent.init, (0, 0, None)))(akeys, ts.observation, catalog)
+    # As the rollout acts: each slice's agent narrowed to its family, one act per run of
+    # episodes with the same agent (a mixed plan's oracle would otherwise run every
+    # family's plan on every lane); JOURNEY's oracle dispatches its plans.
+    agents, agent_ids = narrowed_agents(plan, agent)
+    runs = agent_runs(agent_ids)
     obs = ts.observation
+    memory = tuple(
+        jax.jit(jax.vmap(agents[j].init, (0, 0, None)))(
+            akeys[a:b], _take(obs, np.arange(a, b)), catalog
+        )
+        for j, a, b in runs
+    )
 
-    def act(c, k, m, o):  # as the rollout calls it (JOURNEY's oracle dispatches its plans)
-        return batch_act(agent)(k, m, o, c)
+    def act(c, k, m, o):
+        outs = [
+            batch_act(agents[j])(k[a:b], mj, _take(o, np.arange(a, b)), c)
+            for (j, a, b), mj in zip(runs, m, strict=True)
+        ]
+        acts = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *[x for _, x in outs])
+        return tuple(mj for mj, _ in outs), acts
 
     def tools(c, s, a, r, live):
         calls = turn_gates(a, live).calls
