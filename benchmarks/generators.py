@@ -25,7 +25,7 @@ from ecomjax.registry import family
 from ecomjax.types import EnvParams
 
 sys.path.insert(0, str(Path(__file__).parent))
-from rows_io import append_rows  # noqa: E402
+from rows_io import add_row_args, append_rows  # noqa: E402
 from throughput import env_info, episode_inputs  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "generators.jsonl"
@@ -60,10 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--families", default=FAMILIES)
     ap.add_argument("--batch", default="1024,4096", help="batch sizes, comma-separated")
-    ap.add_argument("--catalog-size", type=int, default=1000)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--label", default="")
-    ap.add_argument("--out", type=Path, default=OUT)
+    add_row_args(ap, OUT, repeats=5, label="")
     args = ap.parse_args(argv)
     catalog = generate_catalog(0, args.catalog_size)
     params = EnvParams()

@@ -53,3 +53,12 @@ def append_rows(path: str | Path, rows: Iterable[dict]) -> int:
             f.write(json.dumps(row) + "\n")
             n += 1
     return n
+
+
+def add_row_args(ap, out: Path, repeats: int, label: str | None = None) -> None:
+    """The options every row-writing benchmark shares: catalog size, repeats, a row label
+    and the JSONL file the rows go to."""
+    ap.add_argument("--catalog-size", type=int, default=1000)
+    ap.add_argument("--repeats", type=int, default=repeats)
+    ap.add_argument("--label", default=label, help="tag the rows (ab_throughput.sh: the commit)")
+    ap.add_argument("--out", type=Path, default=out)

@@ -39,7 +39,7 @@ from ecomjax.types import EnvParams
 from ecomjax.world import product_stock_qty, safe
 
 sys.path.insert(0, str(Path(__file__).parent))
-from rows_io import append_rows  # noqa: E402
+from rows_io import add_row_args, append_rows  # noqa: E402
 from throughput import env_info, episode_inputs  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "search_parts.jsonl"
@@ -70,10 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--family", default="SUB")
     ap.add_argument("--batch", type=int, default=1024, help="episodes reset to find searches")
-    ap.add_argument("--catalog-size", type=int, default=1000)
-    ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--label", default="")
-    ap.add_argument("--out", type=Path, default=OUT)
+    add_row_args(ap, OUT, repeats=20, label="")
     args = ap.parse_args(argv)
     catalog = generate_catalog(42, args.catalog_size)
     params = EnvParams()

@@ -58,7 +58,7 @@ from ecomjax.types import EnvParams
 from ecomjax.verify import ALL_FAMILIES
 
 sys.path.insert(0, str(Path(__file__).parent))
-from rows_io import append_rows  # noqa: E402
+from rows_io import add_row_args, append_rows  # noqa: E402
 from throughput import env_info, episode_inputs  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "step_profile.jsonl"
@@ -249,10 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--tasks", default="CART", help="families or collections, comma-separated")
     ap.add_argument("--batch", type=int, default=4096)
-    ap.add_argument("--catalog-size", type=int, default=1000)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--label", default=None)
-    ap.add_argument("--out", type=Path, default=OUT)
+    add_row_args(ap, OUT, repeats=3)
     args = ap.parse_args(argv)
     catalog = generate_catalog(42, args.catalog_size)
     params = EnvParams()

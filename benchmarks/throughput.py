@@ -21,7 +21,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-from rows_io import append_rows, git_commit
+from rows_io import add_row_args, append_rows, git_commit
 
 from ecomjax import constants as C
 from ecomjax.agents import AGENTS
@@ -136,13 +136,10 @@ def bench_looped(catalog, params, agent, n: int, seed: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="*", default=[2**k for k in range(7, 15)])
-    ap.add_argument("--repeats", type=int, default=3)
+    add_row_args(ap, OUT, repeats=3)
     ap.add_argument("--agent", default="oracle", choices=sorted(AGENTS))
     ap.add_argument("--loop-episodes", type=int, default=64)
-    ap.add_argument("--catalog-size", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--label", default=None, help="tag the rows (ab_throughput.sh: the commit)")
     args = ap.parse_args(argv)
 
     catalog = generate_catalog(42, args.catalog_size)
