@@ -24,14 +24,17 @@ from ecomjax.envs.pd.ranking import (
     r_avail,
 )
 from ecomjax.kernels.pool import dcg_weights
+from ecomjax.numerics import ordered_sum
 from ecomjax.types import AnswerFields, Dialogue, Problem, Score, World, make_score
 
 
 def cosine(catalog: Catalog, p0: jax.Array, pids: jax.Array) -> jax.Array:
-    """float32 [...]: cos(p0, p) of the stored L2-normalised embeddings (SPEC §1.6)."""
+    """float32 [...]: cos(p0, p) of the stored L2-normalised embeddings (SPEC §1.6),
+    summed in a fixed order, so a product's cosine has the same bits whichever rows it is
+    read beside: the goal category's pool, the whole catalog's, or the answer list."""
     e0 = emb_rows(catalog, jnp.maximum(p0, 0))
     e = emb_rows(catalog, jnp.clip(pids, 0, catalog.n_products - 1))
-    return (e * e0).sum(-1)
+    return ordered_sum(e * e0)
 
 
 def sub_score(
