@@ -35,6 +35,45 @@ def _cli(tasks: str, batch: int, rounds: int, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+# gRPC can abort process 0 while JAX stops its coordination service at exit, after every
+# process printed its report (``server.cc ... Check failed: queue.Pop() == nullptr`` in
+# ~RealRequestMatcher: once in CI, in none of 340 processes launched here, loaded or not;
+# docs/distributed.md). A launch whose only failures are that abort after a finished
+# report runs once more; any other failure, or the abort twice, fails the test.
+TEARDOWN_ABORT = "Check failed: queue.Pop() == nullptr"
+
+
+def _teardown_abort(r: subprocess.CompletedProcess) -> bool:
+    """The process finished its work (a JSON report is its last line) and gRPC aborted it
+    (SIGABRT) in the coordination service's teardown."""
+    lines = r.stdout.strip().splitlines()
+    reported = bool(lines) and lines[-1].startswith("{")
+    return r.returncode == -6 and TEARDOWN_ABORT in r.stderr and reported
+
+
+def _launch(argv: list[str], n: int, timeout: float) -> list[subprocess.CompletedProcess]:
+    runs = dist.launch_local(argv, n, timeout=timeout)
+    failed = [r for r in runs if r.returncode != 0]
+    if failed and all(_teardown_abort(r) for r in failed):
+        runs = dist.launch_local(argv, n, timeout=timeout)
+    return runs
+
+
+def test_only_the_teardown_abort_after_a_report_is_launched_again():
+    def done(code: int, out: str, err: str) -> subprocess.CompletedProcess:
+        return subprocess.CompletedProcess([], code, out, err)
+
+    report, abort = (
+        '{"identical": true}\n',
+        f"F1207 server.cc:584] {TEARDOWN_ABORT} (0x7f vs. (null))",
+    )
+    assert _teardown_abort(done(-6, "log line\n" + report, abort))
+    assert not _teardown_abort(done(-6, "log line\n", abort))  # aborted before its report
+    assert not _teardown_abort(done(-6, report, "Fatal Python error"))  # another abort
+    assert not _teardown_abort(done(1, report, abort))  # an ordinary failure
+    assert not _teardown_abort(done(0, report, ""))
+
+
 def _reports(runs: list[subprocess.CompletedProcess]) -> list[dict]:
     for i, r in enumerate(runs):
         assert r.returncode == 0, f"process {i} failed ({r.returncode}):\n{r.stderr[-3000:]}"
@@ -94,7 +133,7 @@ def test_processes_equal_one_process(n, tasks, batch, exact_floats, k):
     want = run(RunConfig(tasks=tasks, batch=batch, rounds=rounds, catalog_size=200, seed=3))
     assert want.history[0] != want.history[-1], "the curriculum must move for this test to bite"
     argv = _cli(tasks, batch, rounds, *(["--devices", str(k)] if k > 1 else []))
-    reports = _reports(dist.launch_local(argv, n, timeout=1500))
+    reports = _reports(_launch(argv, n, timeout=1500))
     for i, got in enumerate(reports):
         assert (got["processes"], got["devices"]) == (n, n * k)
         assert got["episodes"] == want.episodes == batch * rounds
@@ -141,7 +180,7 @@ def test_auto_reset_across_processes_equals_one_process_over_as_many_devices():
     (want,) = _reports([subprocess.run([*argv, "--devices", "2"], capture_output=True,
                                        text=True, timeout=1500)])  # fmt: skip
     assert want["devices"] == 2 and want["episodes"] > 16  # lanes were recycled
-    reports = _reports(dist.launch_local(argv, 2, timeout=1500))
+    reports = _reports(_launch(argv, 2, timeout=1500))
     for i, got in enumerate(reports):
         assert (got["processes"], got["devices"]) == (2, 2)
         assert got["episodes"] == want["episodes"]
@@ -153,7 +192,7 @@ def test_auto_reset_across_processes_equals_one_process_over_as_many_devices():
 def test_row_sharded_retrieval_across_processes(n):
     """The catalog's rows split over n processes (each reads only its own rows); the exact
     top-k merged across them equals one device's, ids and tie order included."""
-    runs = dist.launch_local([*CHECK, "ecomjax.kernels.sharded:check_sharded_topk"], n, timeout=900)
+    runs = _launch([*CHECK, "ecomjax.kernels.sharded:check_sharded_topk"], n, timeout=900)
     for report in _reports(runs):
         assert report == {"devices": n, "n": 1003, "cases": 6, "identical": True}
 
@@ -162,9 +201,7 @@ def test_row_sharded_retrieval_across_processes(n):
 def test_row_sharded_pools_across_processes(n):
     """PD/SUB's evaluation pools over a catalog split by rows over n processes: every
     episode's statistics (|pool|, extremes, top-k keys) equal one device's."""
-    runs = dist.launch_local(
-        [*CHECK, "ecomjax.kernels.sharded_pool:check_sharded_pool"], n, timeout=900
-    )
+    runs = _launch([*CHECK, "ecomjax.kernels.sharded_pool:check_sharded_pool"], n, timeout=900)
     for report in _reports(runs):
         assert report == {"devices": n, "n": 1003, "cases": 5, "identical": True}
 
@@ -182,7 +219,7 @@ def test_row_sharded_catalog_rollout_across_processes(n):
     want = run(RunConfig(tasks=tasks, batch=batch, rounds=rounds, catalog_size=200, seed=3,
                          agent="random", search_chunk=25))  # fmt: skip
     argv = _cli(tasks, batch, rounds, "--shard-catalog", *chunk)
-    for i, got in enumerate(_reports(dist.launch_local(argv, n, timeout=1500))):
+    for i, got in enumerate(_reports(_launch(argv, n, timeout=1500))):
         assert (got["processes"], got["devices"]) == (n, n)
         assert got["digest"] == want.digest, f"process {i}: episodes differ"
         assert got["curriculum_state"] == want.state, f"process {i}: curriculum differs"
@@ -207,7 +244,7 @@ def test_row_sharded_catalog_states_across_processes(n, tasks, per_device):
     kwargs = {"tasks": tasks, "per_device": per_device, "n_products": 200,
               "shard_catalog": True, "search_chunk": 25, "agent": "random"}  # fmt: skip
     argv = [*CHECK, "ecomjax.sharding:check_sharded_rollout", json.dumps(kwargs)]
-    for report in _reports(dist.launch_local(argv, n, timeout=1500)):
+    for report in _reports(_launch(argv, n, timeout=1500)):
         assert report["identical"] and report["devices"] == n
         assert report["emb_rows_per_device"] == 200 // n
 
@@ -217,7 +254,7 @@ def test_every_episode_state_across_processes():
     """The whole final state of a mixed batch, gathered from 2 processes' slices, equals
     one device's run leaf for leaf (``sharding.check_sharded_rollout``)."""
     kwargs = json.dumps({"tasks": "CART,STATUS", "per_device": 2})
-    runs = dist.launch_local([*CHECK, "ecomjax.sharding:check_sharded_rollout", kwargs], 2)
+    runs = _launch([*CHECK, "ecomjax.sharding:check_sharded_rollout", kwargs], 2, timeout=900)
     for report in _reports(runs):
         assert report["identical"] and report["devices"] == 2
 
