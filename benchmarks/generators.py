@@ -13,9 +13,7 @@ rejection draws), and the whole-round A/B cannot say which stage moved.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -27,6 +25,7 @@ from ecomjax.types import EnvParams
 sys.path.insert(0, str(Path(__file__).parent))
 from rows_io import add_row_args, append_rows  # noqa: E402
 from throughput import env_info, episode_inputs  # noqa: E402
+from timing import compiled, median_s  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "generators.jsonl"
 FAMILIES = "PD,SUB,CART,RETURN,STATUS,POLICY,BUNDLE,JOURNEY"
@@ -35,18 +34,10 @@ FAMILIES = "PD,SUB,CART,RETURN,STATUS,POLICY,BUNDLE,JOURNEY"
 def time_family(name: str, catalog, params, batch: int, repeats: int) -> dict:
     gen = family(name).generate
     keys, d = episode_inputs(batch, 1)
-    t0 = time.perf_counter()
-    fn = jax.jit(lambda k, dd: jax.vmap(gen, (0, None, 0, None))(k, catalog, dd, params))
-    fn = fn.lower(keys, d).compile()
-    compile_s = time.perf_counter() - t0
-    jax.block_until_ready(fn(keys, d))
-    times = []
-    for r in range(repeats):
-        keys, d = episode_inputs(batch, 2 + r)
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(keys, d))
-        times.append(time.perf_counter() - t0)
-    med = statistics.median(times)
+    fn, compile_s = compiled(
+        lambda k, dd: jax.vmap(gen, (0, None, 0, None))(k, catalog, dd, params), keys, d
+    )
+    med, _ = median_s(fn, lambda r: episode_inputs(batch, 2 + r if r >= 0 else 1), repeats)
     return {
         "family": name,
         "batch": batch,

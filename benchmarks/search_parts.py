@@ -15,9 +15,7 @@ Rows (microseconds a search) go to ``results/search_parts.jsonl``.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -41,6 +39,7 @@ from ecomjax.world import product_stock_qty, safe
 sys.path.insert(0, str(Path(__file__).parent))
 from rows_io import add_row_args, append_rows  # noqa: E402
 from throughput import env_info, episode_inputs  # noqa: E402
+from timing import compiled, median_s  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "search_parts.jsonl"
 
@@ -133,14 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     info = env_info()
     rows = []
     for name, (fn, fargs) in parts.items():
-        compiled = jax.jit(fn).lower(*fargs).compile()
-        jax.block_until_ready(compiled(*fargs))
-        times = []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            jax.block_until_ready(compiled(*fargs))
-            times.append(time.perf_counter() - t0)
-        us = statistics.median(times) / chunk * 1e6
+        program, _ = compiled(fn, *fargs)
+        sec, _ = median_s(program, lambda _, a=fargs: a, args.repeats)
+        us = sec / chunk * 1e6
         print(f"{args.family} {name:20s} {us:7.1f} us a search", flush=True)
         rows.append(
             info | {"kind": "search_parts", "label": args.label, "family": args.family.upper(),

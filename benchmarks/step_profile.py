@@ -20,9 +20,7 @@ summed over turns) go to benchmarks/results/step_profile.jsonl.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -60,6 +58,7 @@ from ecomjax.verify import ALL_FAMILIES
 sys.path.insert(0, str(Path(__file__).parent))
 from rows_io import add_row_args, append_rows  # noqa: E402
 from throughput import env_info, episode_inputs  # noqa: E402
+from timing import compiled, median_s  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "step_profile.jsonl"
 
@@ -69,18 +68,12 @@ def timed(
 ) -> tuple[float, object]:
     """Median seconds of the compiled ``fn`` and its output (one warm-up call first).
     ``cache`` keeps one compiled program per stage name: every turn has the same shapes."""
-    compiled = None if cache is None else cache.get(name)
-    if compiled is None:
-        compiled = jax.jit(fn).lower(*args).compile()
+    program = None if cache is None else cache.get(name)
+    if program is None:
+        program, _ = compiled(fn, *args)
         if cache is not None:
-            cache[name] = compiled
-    out = jax.block_until_ready(compiled(*args))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+            cache[name] = program
+    return median_s(program, lambda _: args, repeats)
 
 
 def profile(spec: str, catalog, batch: int, repeats: int, params: EnvParams) -> dict:
@@ -91,10 +84,10 @@ def profile(spec: str, catalog, batch: int, repeats: int, params: EnvParams) -> 
     agent = make_oracle(envs)
     keys, d = episode_inputs(batch, 1)
     us: dict[str, float] = {}
-    compiled: dict[str, object] = {}
+    programs: dict[str, object] = {}
 
     def stage(name, fn, *a):
-        sec, out = timed(fn, *a, repeats=repeats, cache=compiled, name=name)
+        sec, out = timed(fn, *a, repeats=repeats, cache=programs, name=name)
         us[name] = us.get(name, 0.0) + 1e6 * sec / batch
         return out
 
