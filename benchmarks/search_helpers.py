@@ -3,7 +3,8 @@ one process on the same inputs (rows to ``results/search_helpers.jsonl``):
 
 - the distractor mix (``tools.search._mix_distractors``) with its distractor slots chosen
   by Floyd's algorithm (``bits.distinct_positions``, today's) or as the lowest of R keyed
-  priorities (by a double argsort or by ``compact.smallest``, what it replaced), and its
+  priorities (by a double argsort or by ``smallest``, once ``compact.smallest``, kept
+  here since Floyd's replaced it), and its
   membership test by sort + binary search or by comparing every pair, for one chunk of 32
   searches;
 - ``jnp.searchsorted`` by its default loop, unrolled, and by comparing every pair, for
@@ -28,7 +29,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from ecomjax.catalog.synthetic import generate_catalog
-from ecomjax.compact import smallest
 from ecomjax.tools import search as S
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -40,9 +40,28 @@ R, TRIES = S.R, S.TRIES
 
 
 def argsort_select(prio, n_dist, max_dist):
-    """The n_dist lowest priorities by a double argsort (what ``compact.smallest`` replaced)."""
+    """The n_dist lowest priorities by a double argsort (what ``smallest`` replaced)."""
     del max_dist
     return jnp.argsort(jnp.argsort(prio)) < n_dist
+
+
+def smallest(values: jax.Array, n: jax.Array, max_n: int) -> jax.Array:
+    """bool [R]: the ``n`` entries a stable ascending sort of the 1-D ``values`` puts
+    first (the lower index first among equal values), for ``0 <= n <= max_n`` (static).
+
+    Why: ``argsort(argsort(values)) < n`` is two comparator-loop sorts of R on XLA:CPU;
+    this is one ``top_k`` of ``max_n`` values (its values, not its tie order, are
+    guaranteed) and a prefix count over the entries equal to the n-th value. ``values``
+    must hold no NaN and no -0.0 (IEEE equality and the sort's total order then agree)."""
+    m = min(max_n, values.shape[0])
+    if m < 1:
+        return jnp.zeros(values.shape, bool)
+    low = -jax.lax.top_k(-values, m)[0]  # the m smallest values, ascending
+    thr = low[jnp.clip(n - 1, 0, m - 1)]
+    below = values < thr
+    tie = values == thr
+    take_tie = tie & (jnp.cumsum(tie) <= n - below.sum())
+    return (n > 0) & (below | take_tie)
 
 
 def priority_positions(select):

@@ -43,22 +43,3 @@ def in_sorted(table: jax.Array, x: jax.Array, unrolled: bool = False) -> jax.Arr
     method = "scan_unrolled" if unrolled else "scan"
     pos = jnp.clip(jnp.searchsorted(table, x, method=method), 0, table.shape[0] - 1)
     return table[pos] == x
-
-
-def smallest(values: jax.Array, n: jax.Array, max_n: int) -> jax.Array:
-    """bool [R]: the ``n`` entries a stable ascending sort of the 1-D ``values`` puts
-    first (the lower index first among equal values), for ``0 <= n <= max_n`` (static).
-
-    Why: ``argsort(argsort(values)) < n`` is two comparator-loop sorts of R on XLA:CPU;
-    this is one ``top_k`` of ``max_n`` values (its values, not its tie order, are
-    guaranteed) and a prefix count over the entries equal to the n-th value. ``values``
-    must hold no NaN and no -0.0 (IEEE equality and the sort's total order then agree)."""
-    m = min(max_n, values.shape[0])
-    if m < 1:
-        return jnp.zeros(values.shape, bool)
-    low = -jax.lax.top_k(-values, m)[0]  # the m smallest values, ascending
-    thr = low[jnp.clip(n - 1, 0, m - 1)]
-    below = values < thr
-    tie = values == thr
-    take_tie = tie & (jnp.cumsum(tie) <= n - below.sum())
-    return (n > 0) & (below | take_tie)

@@ -57,7 +57,14 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from ecomjax.kernels.topk import TopK, _chunk_candidates, _drop_slots, _empty, _finish, _merge
+from ecomjax.kernels.topk import (
+    TopK,
+    _chunk_candidates,
+    _drop_slots,
+    _empty,
+    _merge,
+    hide_empty_slots,
+)
 
 try:  # Triton-specific masked loads; present in every jaxlib that can run this on GPU
     from jax.experimental.pallas import triton as pltriton
@@ -267,7 +274,7 @@ def _pallas_topk(
     sel_s, sel_i = _chunk_candidates(cand_s, cand_i, min(k, n_rb * kw))
     init = _empty(q, k)
     best_s, best_i = _merge(init.scores, init.indices, sel_s, sel_i, k)
-    return _finish(best_s, best_i, count)
+    return hide_empty_slots(best_s, best_i, count)
 
 
 def pallas_masked_topk(

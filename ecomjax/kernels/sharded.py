@@ -28,7 +28,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ecomjax.kernels.topk import (
     ScoreFn,
     TopK,
-    _finish,
+    hide_empty_slots,
     masked_topk,
     masked_topk_reference,
 )
@@ -172,7 +172,7 @@ def sharded_masked_topk(
         out_specs=(PartitionSpec(), PartitionSpec(), PartitionSpec()),
     )
     top_s, top_i, count = fn(rows, queries)
-    out = _finish(top_s, top_i, count)
+    out = hide_empty_slots(top_s, top_i, count)
     if k == 0:
         return out._replace(scores=out.scores[:, :0], indices=out.indices[:, :0])
     return out

@@ -91,7 +91,7 @@ def _drop_slots(res: TopK) -> TopK:
     return res._replace(scores=res.scores[:, :0], indices=res.indices[:, :0])
 
 
-def _finish(scores: jax.Array, ids: jax.Array, count: jax.Array) -> TopK:
+def hide_empty_slots(scores: jax.Array, ids: jax.Array, count: jax.Array) -> TopK:
     """Hide the ids of -inf slots, so filtered or padded rows can never leak out."""
     ids = jnp.where(scores > _NEG_INF, ids, -1).astype(jnp.int32)
     return TopK(scores, ids, count.astype(jnp.int32))
@@ -199,7 +199,7 @@ def _running_topk(
         best_s, best_i = _merge(init.scores[:, :0], init.indices[:, :0], cand_s, cand_i, k)
         pad = ((0, 0), (0, k - best_s.shape[-1]))
         best_s = jnp.pad(best_s, pad, constant_values=_NEG_INF)
-        return _finish(best_s, jnp.pad(best_i, pad, constant_values=-1), count)
+        return hide_empty_slots(best_s, jnp.pad(best_i, pad, constant_values=-1), count)
 
     Carry = tuple[jax.Array, jax.Array, jax.Array]
 
@@ -212,7 +212,7 @@ def _running_topk(
     (best_s, best_i, count), _ = lax.scan(
         body, (init.scores, init.indices, init.n_valid), jnp.arange(n_steps, dtype=jnp.int32)
     )
-    return _finish(best_s, best_i, count)
+    return hide_empty_slots(best_s, best_i, count)
 
 
 def masked_topk(
@@ -285,7 +285,7 @@ def masked_topk_reference(score_fn: ScoreFn, rows: PyTree, queries: PyTree, n: i
         s = jnp.pad(s, ((0, 0), (0, k - n)), constant_values=_NEG_INF)
         ids = jnp.pad(ids, ((0, 0), (0, k - n)), constant_values=-1)
     neg, ids = lax.sort((-s, ids), dimension=-1, num_keys=2)
-    return _finish(-neg[:, :k], ids[:, :k], count)
+    return hide_empty_slots(-neg[:, :k], ids[:, :k], count)
 
 
 def category_slice_topk(

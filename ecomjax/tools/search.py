@@ -32,7 +32,7 @@ from ecomjax.catalog.sharded_emb import emb_dots, emb_rows, lockstep_max, row_of
 from ecomjax.catalog.types import Catalog
 from ecomjax.compact import compact, first_true, in_sorted
 from ecomjax.kernels.sharded import merge_topk
-from ecomjax.kernels.topk import TopK, _finish, category_slice_topk, masked_topk
+from ecomjax.kernels.topk import TopK, category_slice_topk, hide_empty_slots, masked_topk
 from ecomjax.predicates import disc_values, filters_pass, num_values_scaled
 from ecomjax.types import Action, EnvParams, EpisodeState, SearchResults, no_search
 from ecomjax.world import is_known, product_stock_qty, safe
@@ -400,7 +400,7 @@ def _resolve_sharded(catalog, st, ac, slot, params, by_category) -> SearchResult
         # whole table's pass, so the float scores round the same way.
         blocks = jax.lax.map(rank, jax.lax.all_gather(q, axis))
         scores, idx, counts = (jax.lax.all_to_all(x, axis, 0, 0) for x in blocks)
-        top = _finish(*merge_topk(scores, idx, R), counts.sum(0))
+        top = hide_empty_slots(*merge_topk(scores, idx, R), counts.sum(0))
         ids, n_valid = top.indices, top.n_valid
     return jax.vmap(finish_slot, (None, 0, 0, 0, None, 0, 0))(
         catalog, st, ac, slot, params, ids, n_valid
