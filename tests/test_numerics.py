@@ -37,12 +37,16 @@ def test_a_rows_sum_has_the_same_bits_in_any_batch_shape():
         jax.random.normal(jax.random.key(2), (384,)),
     )
     ref = np.asarray(jax.jit(lambda e, q: ordered_sum(e * q))(e, q))
-    fused_chunks = {
-        n: jax.jit(lambda e, q: jax.lax.map(lambda c: ordered_sum(c * q), e.reshape(-1, n, 384)))
-        for n in (32, 512)
-    }
-    for n, f in fused_chunks.items():
-        np.testing.assert_array_equal(np.asarray(f(e, q)).reshape(-1), ref, err_msg=str(n))
+
+    def chunked(n: int):
+        return jax.jit(
+            lambda e, q: jax.lax.map(lambda c: ordered_sum(c * q), e.reshape(-1, n, 384))
+        )
+
+    for n in (32, 512):
+        got = np.asarray(chunked(n)(e, q))
+        assert got.shape == (4096 // n, n)
+        np.testing.assert_array_equal(got.reshape(-1), ref, err_msg=str(n))
     vmapped = jax.jit(jax.vmap(lambda r, q: ordered_sum(r * q), (0, None)))(e, q)
     np.testing.assert_array_equal(np.asarray(vmapped), ref)
     one = jax.jit(lambda r, q: ordered_sum(r * q))
