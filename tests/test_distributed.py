@@ -38,7 +38,7 @@ def _cli(tasks: str, batch: int, rounds: int, *extra: str) -> list[str]:
 # gRPC can abort process 0 while JAX stops its coordination service at exit, after every
 # process printed its report (``server.cc ... Check failed: queue.Pop() == nullptr`` in
 # ~RealRequestMatcher: once in CI, in none of 340 processes launched here, loaded or not;
-# docs/distributed.md). A launch whose only failures are that abort after a finished
+# docs/multihost.md). A launch whose only failures are that abort after a finished
 # report runs once more; any other failure, or the abort twice, fails the test.
 TEARDOWN_ABORT = "Check failed: queue.Pop() == nullptr"
 
