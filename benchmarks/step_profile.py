@@ -31,7 +31,6 @@ from ecomjax import constants as C
 from ecomjax import curriculum as cur
 from ecomjax import difficulty as D
 from ecomjax import exposure as X
-from ecomjax.agents.base import batch_act
 from ecomjax.agents.oracle import make_oracle
 from ecomjax.catalog.synthetic import generate_catalog
 from ecomjax.core import _store_answer, reset, verify
@@ -41,8 +40,9 @@ from ecomjax.registry import family, resolve_tasks
 from ecomjax.rollout import (
     AGENT_STREAM,
     _by_family,
-    _take,
+    act_runs,
     agent_runs,
+    init_runs,
     max_turns_for,
     narrowed_agents,
     run_plan,
@@ -112,20 +112,10 @@ def profile(spec: str, catalog, batch: int, repeats: int, params: EnvParams) -> 
     agents, agent_ids = narrowed_agents(plan, agent)
     runs = agent_runs(agent_ids)
     obs = ts.observation
-    memory = tuple(
-        jax.jit(jax.vmap(agents[j].init, (0, 0, None)))(
-            akeys[a:b], _take(obs, np.arange(a, b)), catalog
-        )
-        for j, a, b in runs
-    )
+    memory = jax.jit(lambda k, o: init_runs(catalog, agents, runs, k, o))(akeys, obs)
 
     def act(c, k, m, o):
-        outs = [
-            batch_act(agents[j])(k[a:b], mj, _take(o, np.arange(a, b)), c)
-            for (j, a, b), mj in zip(runs, m, strict=True)
-        ]
-        acts = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *[x for _, x in outs])
-        return tuple(mj for mj, _ in outs), acts
+        return act_runs(c, agents, runs, k, m, o)
 
     def tools(c, s, a, r, live):
         calls = turn_gates(a, live).calls

@@ -86,12 +86,7 @@ def _play(
     agents = (agent,) if isinstance(agent, Agent) else tuple(agent)
     ids = np.asarray(agent_ids if agent_ids is not None else np.zeros(keys.shape[0], np.int32))
     runs = agent_runs(ids)
-    memory = tuple(
-        jax.vmap(agents[j].init, (0, 0, None))(
-            akeys[a:b], _take(ts.observation, np.arange(a, b)), catalog
-        )
-        for j, a, b in runs
-    )
+    memory = init_runs(catalog, agents, runs, akeys, ts.observation)
     long = None if long is None else np.asarray(long, bool)
     if long is None or long.all() or not long.any():
         carry = (states, ts.observation, memory, jnp.int32(0), jnp.int32(0))
@@ -172,12 +167,7 @@ def _turns(catalog, agents, runs, params, akeys, carry, max_turns, families, wat
         states, obs, memory, t, n_steps = carry
         live = running(states)
         k = jax.vmap(lambda key: jax.random.fold_in(key, t))(akeys)
-        outs = [
-            batch_act(agents[j])(k[a:b], m, _take(obs, np.arange(a, b)), catalog)
-            for (j, a, b), m in zip(runs, memory, strict=True)
-        ]
-        memory = tuple(m for m, _ in outs)
-        actions = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *[x for _, x in outs])
+        memory, actions = act_runs(catalog, agents, runs, k, memory, obs)
         # Agents often emit constant fields (no filters); without this barrier XLA would
         # constant-fold [B, calls, N] filter masks at compile time, for minutes. The wide
         # query payloads stay outside it: a constant one would be written out each turn.
@@ -189,6 +179,26 @@ def _turns(catalog, agents, runs, params, akeys, carry, max_turns, families, wat
         return states, ts.observation, memory, t + 1, n_steps + live.sum()
 
     return jax.lax.while_loop(cond, body, carry)
+
+
+def init_runs(catalog, agents, runs, akeys, obs) -> tuple:
+    """Each run's agent memory: ``agents[j].init`` over the episodes a..b of every run
+    (j, a, b) of ``agent_runs``."""
+    return tuple(
+        jax.vmap(agents[j].init, (0, 0, None))(akeys[a:b], _take(obs, np.arange(a, b)), catalog)
+        for j, a, b in runs
+    )
+
+
+def act_runs(catalog, agents, runs, keys, memory, obs) -> tuple[tuple, Action]:
+    """One act per run of episodes with the same agent: (each run's new memory, the
+    batch's actions in episode order), so no agent pays for another's episodes."""
+    outs = [
+        batch_act(agents[j])(keys[a:b], m, _take(obs, np.arange(a, b)), catalog)
+        for (j, a, b), m in zip(runs, memory, strict=True)
+    ]
+    actions = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *[x for _, x in outs])
+    return tuple(m for m, _ in outs), actions
 
 
 def _sub_memory(memory, runs, idx: np.ndarray, sub_runs) -> tuple:

@@ -8,8 +8,7 @@ lowering (the one other backends use; private API, same bits) for CPU, then runs
     python benchmarks/patches/threefry_unrolled.py unrolled --n 1000 --tasks C8 --batch 4096
     python benchmarks/patches/threefry_unrolled.py rolled --n 1000 --tasks C8 --batch 4096
 
-Alone (8 fold-ins and 8-word draws per lane, B = 4,096) it is ~2.3x faster; in the C8
-round it was not faster (benchmarks/README.md, "Threefry unrolled on CPU").
+In the C8 round it was not faster (benchmarks/README.md, "Threefry unrolled on CPU").
 """
 
 from __future__ import annotations
