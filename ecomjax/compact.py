@@ -25,18 +25,17 @@ def _use_words(n: int, k: int) -> bool:
 
 
 def first_true(mask: jax.Array, k: int) -> jax.Array:
-    """int32 [k]: indices of the first k True entries of a 1-D mask, -1 padded. Both ways
-    (``_first_true_words``, ``_first_true_scatter``) give the same indices."""
+    """int32 [k]: indices of the first k True (nonzero) entries of a 1-D mask, -1 padded.
+    Both ways (``_first_true_words``, ``_first_true_scatter``) give the same indices."""
+    mask = jnp.asarray(mask, bool)  # the words pack one bit per entry
     if _use_words(mask.shape[0], k):
         return _first_true_words(mask, k)
     return _first_true_scatter(mask, k)
 
 
 def _first_true_scatter(mask: jax.Array, k: int) -> jax.Array:
-    pos = jnp.cumsum(mask.astype(jnp.int32)) - 1
-    dest = jnp.where(mask & (pos < k), pos, k)
     idx = jnp.arange(mask.shape[0], dtype=jnp.int32)
-    return jnp.full(k, -1, jnp.int32).at[dest].set(idx, mode="drop")
+    return _compact_scatter(idx, mask, k, jnp.int32(-1))
 
 
 def _first_true_words(mask: jax.Array, k: int) -> jax.Array:
@@ -74,6 +73,7 @@ def _first_true_words(mask: jax.Array, k: int) -> jax.Array:
 
 def compact(values: jax.Array, keep: jax.Array, k: int, fill=-1) -> jax.Array:
     """values[keep] in order, the first k of them, padded with ``fill`` (leading axis)."""
+    keep = jnp.asarray(keep, bool)
     fill = jnp.asarray(fill, values.dtype)
     if _use_words(keep.shape[0], k):
         return _compact_words(values, keep, k, fill)

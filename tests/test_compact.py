@@ -74,6 +74,18 @@ def test_words_match_numpy_over_thousands_of_vmapped_masks():
     assert (want == -1).any() and (want[:, -1] >= 0).any()  # both short and full lanes
 
 
+def test_a_nonzero_integer_mask_counts_as_true():
+    """A mask of counts (entries above 1) selects as its nonzero entries do, by both ways:
+    the words pack one bit per entry, so a 2 or 3 must not spill into a neighbour's bit."""
+    counts = np.random.default_rng(5).integers(0, 4, 1000).astype(np.int32)
+    vals = np.arange(1000, dtype=np.int32) * 3
+    for k in (32, 4000):  # the words, then the scatter (_use_words)
+        want = _want_first(counts != 0, k)
+        np.testing.assert_array_equal(np.asarray(first_true(jnp.asarray(counts), k)), want)
+        got = np.asarray(compact(jnp.asarray(vals), jnp.asarray(counts), k))
+        np.testing.assert_array_equal(got, np.where(want >= 0, vals[np.maximum(want, 0)], -1))
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(-3, 30), min_size=1, max_size=40), st.integers(0, 9))
 def test_in_sorted_matches_numpy(table, seed):
