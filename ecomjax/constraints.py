@@ -11,6 +11,8 @@ equivalent filters iff it satisfies the constraints, bit for bit.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,7 +21,7 @@ from ecomjax import constants as C
 from ecomjax import difficulty as D
 from ecomjax.catalog.types import Catalog
 from ecomjax.compact import first_true
-from ecomjax.predicates import SCALE, TOL, disc_values, num_values_scaled
+from ecomjax.predicates import SCALE, TOL, attr_column, disc_values, num_values_scaled
 from ecomjax.types import EnvParams, Problem
 
 A = C.Attr
@@ -125,12 +127,79 @@ def satisfaction(
     return jnp.where(known, jnp.where(n > 0, s, 1.0), 0.0).astype(jnp.float32)
 
 
+class AttrBounds(NamedTuple):
+    """A constraint set merged per attribute (each bool/float32 [N_ATTRS]): the tightest
+    lower bound, the tightest upper bound, and the one value every ``eq`` names."""
+
+    has_ge: jax.Array
+    lo: jax.Array  # max over the gte constraints of bound - TOL
+    has_le: jax.Array
+    hi: jax.Array  # min over the lte constraints of bound + TOL
+    has_eq: jax.Array
+    eq: jax.Array  # the first eq constraint's value
+    eq_conflict: jax.Array  # two eq constraints name different values (or one is NaN)
+    void: jax.Array  # a gte or lte bound is NaN, which no value meets
+
+
+def attr_bounds(attr: jax.Array, op: jax.Array, val: jax.Array) -> AttrBounds:
+    """Each constraint's own float32 bound (as ``_holds`` computes it), merged: v >= b_j for
+    every j iff v >= max_j b_j, v == c_j for every j iff the c_j agree and v equals them.
+    NaN bounds are flagged apart (``void``), not left to the max: XLA:CPU's vectorised
+    reductions may drop a NaN."""
+    live = attr >= 0
+    a = jnp.clip(attr, 0, C.N_ATTRS - 1)
+    hit = live[:, None] & (a[:, None] == jnp.arange(C.N_ATTRS)[None, :])  # [MC, N_ATTRS]
+    bound = val * jnp.asarray(_SCALE)[a]
+    ge, le, eq = (hit & m[:, None] for m in (op > 0, op < 0, op == 0))
+    lo, hi = bound - TOL, bound + TOL
+    first = val[jnp.argmax(eq, axis=0)]
+    return AttrBounds(
+        has_ge=ge.any(0),
+        lo=jnp.where(ge & ~jnp.isnan(lo)[:, None], lo[:, None], -jnp.inf).max(0),
+        has_le=le.any(0),
+        hi=jnp.where(le & ~jnp.isnan(hi)[:, None], hi[:, None], jnp.inf).min(0),
+        has_eq=eq.any(0),
+        eq=first,
+        eq_conflict=(eq & (val[:, None] != first[None, :])).any(0),
+        void=(ge & jnp.isnan(lo)[:, None]).any(0) | (le & jnp.isnan(hi)[:, None]).any(0),
+    )
+
+
+# Up to this many products, ``feasible`` gathers from one [N_ATTRS, N] float32 table of the
+# whole catalog built per call (72 KB at N = 1,000); above it, from the catalog's columns
+# (no N-sized temporary; 2-3x slower at N <= 100k, 3x faster at 1M: results/feasible.jsonl).
+TABLE_MAX_PRODUCTS = 1 << 17
+
+
+def _feasible(
+    catalog: Catalog, pids: jax.Array, attr: jax.Array, op: jax.Array, val: jax.Array, table: bool
+) -> jax.Array:
+    if attr.ndim != 1:
+        raise ValueError(f"one constraint set a call (vmap for more), got attr {attr.shape}")
+    n = catalog.n_products
+    ok = (pids >= 0) & (pids < n)
+    p = jnp.clip(pids, 0, n - 1)
+    b = attr_bounds(attr, op, val)
+    cols = attr_values(catalog, jnp.arange(n, dtype=jnp.int32)).T if table else None
+    for k in range(C.N_ATTRS):
+        v = cols[k][p] if table else attr_column(catalog, p, k)
+        hold = ~b.has_ge[k] | (v >= b.lo[k])  # a NaN v (missing) compares false
+        hold &= ~b.has_le[k] | (v <= b.hi[k])
+        hold &= ~b.has_eq[k] | ((v == b.eq[k]) & (v >= 0) & ~b.eq_conflict[k])
+        ok &= hold & ~b.void[k]
+    return ok
+
+
 def feasible(
     catalog: Catalog, pids: jax.Array, attr: jax.Array, op: jax.Array, val: jax.Array
 ) -> jax.Array:
-    """bool [...]: s(p | C) = 1, decided without float division."""
-    known = (pids >= 0) & (pids < catalog.n_products)
-    return constraint_holds(catalog, pids, attr, op, val).all(-1) & known
+    """bool [...]: s(p | C) = 1, decided without float division. Equal to
+    ``constraint_holds(...).all(-1) & known`` (tests: both ways, random sets with NaN and
+    repeated attributes); one elementwise pass per attribute against the merged bounds
+    instead, because XLA:CPU reduces the [..., MC] minor axis as a serial loop: 6.6x
+    faster at 200 ids a lane, 2.4x at 36, slower at 10 (1.24 against 0.72 µs a lane,
+    the table's build dominating), results/feasible.jsonl at N = 1,000."""
+    return _feasible(catalog, pids, attr, op, val, catalog.n_products <= TABLE_MAX_PRODUCTS)
 
 
 def required_category(

@@ -65,6 +65,26 @@ def num_values_scaled(catalog: Catalog, idx: jax.Array) -> jax.Array:
     )
 
 
+def attr_column(catalog: Catalog, idx: jax.Array, k: int) -> jax.Array:
+    """float32 [...]: attribute k (Attr order: ``disc_values`` then ``num_values_scaled``)
+    of products idx alone, gathering one column instead of every attribute's."""
+    if k < C.N_DISC_FILTERS:
+        col = (catalog.category, catalog.brand, catalog.store)[k][idx] if k < 3 else None
+        col = catalog.disc[idx, k - 3] if col is None else col
+        return col.astype(jnp.int32).astype(jnp.float32)
+    a = NUMERIC_ATTR_ORDER[k - C.N_DISC_FILTERS]
+    direct = {
+        A.PRICE: catalog.price_cents,
+        A.RATING: catalog.rating_x100,
+        A.RATING_COUNT: catalog.rating_count,
+        A.SHIP_DAYS: catalog.ship_days,
+    }
+    if a in direct:
+        return direct[a][idx].astype(jnp.float32)
+    j = (A.WATTAGE, A.WEIGHT_LBS, A.SCREEN_SIZE_INCHES).index(a)
+    return catalog.num[idx, j].astype(jnp.float32) * SCALE[a]
+
+
 def num_slot(attr: C.Attr) -> int:
     return NUMERIC_ATTR_ORDER.index(attr)
 

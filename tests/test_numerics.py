@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ecomjax.numerics import ordered_sum
+from ecomjax.numerics import ordered_sum, weighted_sum
 
 
 def _rows(seed: int, n: int, d: int) -> jax.Array:
@@ -52,3 +52,35 @@ def test_a_rows_sum_has_the_same_bits_in_any_batch_shape():
     one = jax.jit(lambda r, q: ordered_sum(r * q))
     for i in range(0, 4096, 64):
         assert np.asarray(one(e[i], q)) == ref[i], i
+
+
+def _unfused(weights, parts) -> np.ndarray:
+    """numpy's float32 evaluation: every product rounded, then added left to right."""
+    total = np.float32(weights[0]) * parts[0]
+    for w, x in zip(weights[1:], parts[1:], strict=True):
+        total = total + np.float32(w) * x
+    return total
+
+
+@pytest.mark.parametrize("weights", [(0.55, 0.35, 0.10), (0.8, 0.2), (0.45, 0.45, 0.10)])
+def test_a_weighted_sum_has_the_eager_bits_in_any_program(weights):
+    """PD's, SUB's and RETURN's r_task weights over 100,000 random parts (with NaN and
+    infinities mixed in): jitted alone, fused into a clip and a select, and one lane at a
+    time under vmap. The plain w·x + ... expression fuses into FMAs here (about a third of
+    the values an ulp off), so this fails for it."""
+    rng = np.random.default_rng(len(weights))
+    parts = [rng.uniform(-1, 1, 100_000).astype(np.float32) for _ in weights]
+    parts[0][:50] = np.nan
+    parts[-1][50:60] = np.inf
+    want = _unfused(weights, parts)
+    xs = [jnp.asarray(x) for x in parts]
+    alone = jax.jit(lambda *x: weighted_sum(weights, x))(*xs)
+    np.testing.assert_array_equal(np.asarray(alone), want)
+    fused = jax.jit(
+        lambda *x: jnp.where(x[0] > 0.9, -1.0, jnp.clip(weighted_sum(weights, x), -1, 1))
+    )
+    np.testing.assert_array_equal(
+        np.asarray(fused(*xs)), np.where(parts[0] > 0.9, -1.0, np.clip(want, -1, 1))
+    )
+    lanes = jax.jit(jax.vmap(lambda *x: weighted_sum(weights, x)))(*(x[:4096] for x in xs))
+    np.testing.assert_array_equal(np.asarray(lanes), want[:4096])

@@ -26,6 +26,7 @@ from ecomjax.envs.pd.ranking import (
     r_avail,
 )
 from ecomjax.kernels.pool import dcg_weights
+from ecomjax.numerics import weighted_sum
 from ecomjax.types import AnswerFields, Dialogue, Problem, Score, World, make_score
 
 
@@ -72,7 +73,7 @@ def pd_score(
     alpha = D.alpha(problem.d).astype(jnp.float32)
     r_cons = 2.0 * s.max() ** alpha - 1.0
     r_av = r_avail(catalog, problem, world, ids, live)
-    r_task = jnp.clip(0.55 * r_rank + 0.35 * r_cons + 0.10 * r_av, -1.0, 1.0)
+    r_task = jnp.clip(weighted_sum((0.55, 0.35, 0.10), (r_rank, r_cons, r_av)), -1.0, 1.0)
     return r_task, r_rank, r_cons, r_av
 
 

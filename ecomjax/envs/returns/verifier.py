@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from ecomjax import constants as C
 from ecomjax.catalog.types import Catalog
 from ecomjax.constraints import satisfaction
+from ecomjax.numerics import weighted_sum
 from ecomjax.order_history import eligibility
 from ecomjax.types import AnswerFields, Dialogue, Problem, Score, World, make_score
 from ecomjax.world import hallucinated
@@ -75,7 +76,7 @@ def verify(
     detail: (r_sel, r_ret, r_rep)."""
     del dlg
     r_sel, r_ret, r_rep = components(catalog, problem, world, ans, has)
-    r_task = jnp.clip(0.45 * r_sel + 0.45 * r_ret + 0.10 * r_rep, -1.0, 1.0)
+    r_task = jnp.clip(weighted_sum((0.45, 0.45, 0.10), (r_sel, r_ret, r_rep)), -1.0, 1.0)
     r_task = jnp.where(has, r_task, -1.0)
     ok = has & (r_sel == 1.0) & (r_ret == 1.0) & (r_rep >= 0.95)
     return make_score(r_task, ok, r_sel, r_ret, r_rep)

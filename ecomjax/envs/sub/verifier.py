@@ -24,7 +24,7 @@ from ecomjax.envs.pd.ranking import (
     r_avail,
 )
 from ecomjax.kernels.pool import dcg_weights
-from ecomjax.numerics import ordered_sum
+from ecomjax.numerics import ordered_sum, weighted_sum
 from ecomjax.types import AnswerFields, Dialogue, Problem, Score, World, make_score
 
 
@@ -62,7 +62,7 @@ def sub_score(
     dcg = (rel * dcg_weights(K)).sum()
     r_rank = 2.0 * ndcg(dcg, idcg(stats, rel_of_key, k)) - 1.0
     r_av = r_avail(catalog, problem, world, ids, live)
-    r_task = jnp.clip(0.8 * r_rank + 0.2 * r_av, -1.0, 1.0)
+    r_task = jnp.clip(weighted_sum((0.8, 0.2), (r_rank, r_av)), -1.0, 1.0)
     return r_task, r_rank, r_av
 
 
